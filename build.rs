@@ -1,0 +1,8 @@
+//! Link flags of the plugin library: a stable SONAME and `-z nodelete`, because NCCL
+//! >= 2.28.3 dlcloses net plugins after their last communicator while our threads may still
+//! be winding down.
+fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libnccl-net-ha.so");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
+    println!("cargo:rerun-if-changed=build.rs");
+}

@@ -1,0 +1,5 @@
+//! C ABI layer: one file per ext-net version (repr(C) types, the exported table, thin
+//! adapters onto `api`), plus a loader that drives any ext-net library through its table.
+
+pub mod common;
+pub mod v8_types;

@@ -1,0 +1,1 @@
+//! API layer: validation of what NCCL passes in, panic safety, error mapping.

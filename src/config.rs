@@ -1,0 +1,1 @@
+//! Configuration: one declarative table of every `HA_NCCL_*` knob.

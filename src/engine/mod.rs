@@ -1,0 +1,1 @@
+//! Engine: the background progress thread, per-connection completion inboxes, MR cache.

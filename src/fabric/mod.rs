@@ -1,0 +1,298 @@
+//! Fabric layer: the only code that touches RDMA hardware or sockets.
+//!
+//! A fabric exposes reliable-connected (RC) verbs semantics — protection domains, memory
+//! regions with lkey/rkey, completion queues and RC queue pairs with the
+//! RESET→INIT→RTR→RTS→ERR state machine — behind object-safe traits, so the transport and
+//! engine above run unchanged on real verbs (`verbs`) or on the TCP emulation (`sock`).
+//!
+//! Everything above this layer sees memory only as addresses (`usize`) and keys; the fabric
+//! is the one place that dereferences them.
+
+pub mod doorbell;
+pub mod netif;
+pub mod oob;
+pub mod sock;
+pub mod verbs;
+
+use std::sync::Arc;
+
+pub use doorbell::Doorbell;
+
+/// Errors raised synchronously by fabric calls (asynchronous failures arrive as completions).
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    #[error("no usable device: {0}")]
+    NoDevice(String),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("queue pair in state {state:?} cannot {op}")]
+    BadState { state: QpState, op: &'static str },
+    #[error("queue full: {0}")]
+    QueueFull(&'static str),
+    #[error("malformed peer address: {0}")]
+    BadPeerAddress(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    System(String),
+}
+
+impl FabricError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        FabricError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, FabricError>;
+
+/// Link layer of a device, as NCCL and verbs name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkLayer {
+    InfiniBand,
+    Ethernet,
+}
+
+/// What one device (an RDMA port, or a `sock` rail) looks like to NCCL.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Name shown in NCCL's logs (`mlx5_0:1`, `sock:eth0`).
+    pub name: String,
+    /// `realpath` of the device's PCI node, `None` for virtual devices.
+    pub pci_path: Option<String>,
+    pub guid: u64,
+    pub speed_mbps: i32,
+    pub port: i32,
+    pub link_layer: LinkLayer,
+    /// Upper bound on concurrent connections this device can carry.
+    pub max_comms: i32,
+    /// `NCCL_PTR_*` bits the fabric can register.
+    pub ptr_support: i32,
+}
+
+/// Memory access rights of a registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access(u32);
+
+impl Access {
+    pub const LOCAL_WRITE: Access = Access(1);
+    pub const REMOTE_WRITE: Access = Access(2);
+    pub const REMOTE_READ: Access = Access(4);
+    pub const ALL: Access = Access(7);
+
+    pub fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+/// Keys of a registered region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrKeys {
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// Completion status, mirroring `ibv_wc_status` (values are the verbs ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcStatus {
+    Success,
+    LocLenErr,
+    LocQpOpErr,
+    LocProtErr,
+    WrFlushErr,
+    RemInvReqErr,
+    RemAccessErr,
+    RemOpErr,
+    RetryExcErr,
+    RnrRetryExcErr,
+    /// Any other verbs status, by number.
+    Other(u32),
+}
+
+impl WcStatus {
+    /// The `ibv_wc_status` number.
+    pub fn code(self) -> u32 {
+        match self {
+            WcStatus::Success => 0,
+            WcStatus::LocLenErr => 1,
+            WcStatus::LocQpOpErr => 2,
+            WcStatus::LocProtErr => 4,
+            WcStatus::WrFlushErr => 5,
+            WcStatus::RemInvReqErr => 9,
+            WcStatus::RemAccessErr => 10,
+            WcStatus::RemOpErr => 11,
+            WcStatus::RetryExcErr => 12,
+            WcStatus::RnrRetryExcErr => 13,
+            WcStatus::Other(n) => n,
+        }
+    }
+
+    pub fn from_code(code: u32) -> WcStatus {
+        match code {
+            0 => WcStatus::Success,
+            1 => WcStatus::LocLenErr,
+            2 => WcStatus::LocQpOpErr,
+            4 => WcStatus::LocProtErr,
+            5 => WcStatus::WrFlushErr,
+            9 => WcStatus::RemInvReqErr,
+            10 => WcStatus::RemAccessErr,
+            11 => WcStatus::RemOpErr,
+            12 => WcStatus::RetryExcErr,
+            13 => WcStatus::RnrRetryExcErr,
+            n => WcStatus::Other(n),
+        }
+    }
+
+    pub fn is_ok(self) -> bool {
+        self == WcStatus::Success
+    }
+}
+
+/// What a completion completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcOpcode {
+    RdmaWrite,
+    RdmaRead,
+    /// A receive consumed by a peer's WRITE_WITH_IMM.
+    RecvRdmaWithImm,
+    /// Unknown (error completions carry no reliable opcode).
+    Unknown,
+}
+
+/// One work completion. After an error only `wr_id`, `qp_num` and `status` are meaningful.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub wr_id: u64,
+    pub qp_num: u32,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    pub byte_len: u32,
+    pub imm: Option<u32>,
+}
+
+/// One scatter/gather element in local memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    pub addr: usize,
+    pub len: usize,
+    pub lkey: u32,
+}
+
+/// RDMA operation of a send work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    /// Write `local` to `remote_addr`.
+    Write,
+    /// Write `local` to `remote_addr`, then consume one posted receive at the peer, which
+    /// completes with this immediate (host order here; the wire order is the fabric's business).
+    WriteWithImm(u32),
+    /// Read `local.len` bytes from `remote_addr` into `local`.
+    Read,
+}
+
+/// One send work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub local: Sge,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    /// Produce a completion on success (errors always complete).
+    pub signaled: bool,
+}
+
+/// RC queue pair states (the verbs subset the plugin uses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum QpState {
+    Reset,
+    Init,
+    Rtr,
+    Rts,
+    Err,
+}
+
+/// Sizes asked of a new queue pair.
+#[derive(Clone, Copy, Debug)]
+pub struct QpCaps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+}
+
+/// A protection domain on one device: registrations and queue pairs hang off it.
+pub trait ProtectionDomain: Send + Sync {
+    /// Process-unique id of this PD (keys of MR caches).
+    fn id(&self) -> u64;
+    /// Index of the device it belongs to.
+    fn device(&self) -> usize;
+    /// Register `[addr, addr+len)`. The caller promises the memory stays valid until the
+    /// returned region is dropped.
+    fn reg_mr(&self, addr: usize, len: usize, access: Access) -> Result<Box<dyn MemoryRegion>>;
+    /// A completion queue whose consumer is woken through `doorbell`.
+    fn create_cq(&self, depth: u32, doorbell: Arc<Doorbell>) -> Result<Arc<dyn CompletionQueue>>;
+    /// A new RC queue pair in RESET whose completions (both directions) go to `cq`.
+    fn create_qp(&self, cq: &Arc<dyn CompletionQueue>, caps: QpCaps) -> Result<Box<dyn QueuePair>>;
+}
+
+/// A registration; dropping it deregisters.
+pub trait MemoryRegion: Send + Sync {
+    fn keys(&self) -> MrKeys;
+    fn addr(&self) -> usize;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A completion queue.
+pub trait CompletionQueue: Send + Sync {
+    /// Move up to `max` completions into `out`; returns how many.
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize>;
+}
+
+/// An RC queue pair.
+pub trait QueuePair: Send + Sync {
+    fn qp_num(&self) -> u32;
+    fn state(&self) -> QpState;
+    /// The opaque endpoint description the peer needs for `to_rtr` (at most 64 bytes).
+    fn local_endpoint(&self) -> Vec<u8>;
+    /// RESET → INIT.
+    fn to_init(&self) -> Result<()>;
+    /// INIT → RTR, aimed at the peer's endpoint.
+    fn to_rtr(&self, remote: &[u8]) -> Result<()>;
+    /// RTR → RTS.
+    fn to_rts(&self) -> Result<()>;
+    /// Any state → ERR: every outstanding send and receive completes with `WR_FLUSH_ERR`
+    /// and nothing more is placed in local memory through this QP.
+    fn to_err(&self) -> Result<()>;
+    /// Post send work requests (RTS only), in order.
+    fn post_send(&self, wrs: &[SendWr]) -> Result<()>;
+    /// Post one zero-length receive (consumed by a peer's WRITE_WITH_IMM); INIT or later.
+    fn post_recv(&self, wr_id: u64) -> Result<()>;
+}
+
+/// A fabric: a set of devices and the way to open them.
+pub trait Fabric: Send + Sync {
+    /// `"sock"` or `"verbs"`.
+    fn kind(&self) -> &'static str;
+    fn devices(&self) -> &[DeviceInfo];
+    /// Open a new protection domain on device `dev`. The engine keeps one per device and
+    /// shares it between connections; the device's resources live as long as the PD does.
+    fn open_pd(&self, dev: usize) -> Result<Arc<dyn ProtectionDomain>>;
+}

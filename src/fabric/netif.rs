@@ -1,0 +1,1 @@
+//! Host network interfaces: enumeration and `NCCL_SOCKET_IFNAME`-style selection.

@@ -1,0 +1,1 @@
+//! `sock` fabric: RC verbs semantics emulated over TCP rails.

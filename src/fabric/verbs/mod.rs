@@ -1,0 +1,1 @@
+//! `verbs` fabric: real InfiniBand / RoCE through ibverbs-sys.
