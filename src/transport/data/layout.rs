@@ -1,0 +1,217 @@
+//! Memory layouts shared by both ends of a connection, and the words that hold them.
+//!
+//! * **CTS FIFO** (in the sender, written by the receiver with RDMA WRITE): [`FIFO_DEPTH`]
+//!   slots of [`CTS_SLOT_WORDS`] u64 words: 8 entries of 4 words
+//!   `{addr, size, rkey | tag << 32, 0}`, then `nreqs`, then `seq` — last, so a reader that sees
+//!   the expected `seq` sees the whole slot (the fabrics place a WRITE's final aligned word last).
+//! * **Completion records** (in the receiver, written by the sender's WRITE_WITH_IMM):
+//!   [`FIFO_DEPTH`] records of [`RECORD_WORDS`] words `{seq, nreqs | status << 32, sizes[8]}`.
+//!   The immediate carries the low 32 bits of `seq`.
+//! * `wr_id`: `kind << 56 | index << 48 | seq (48 bits)`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub const FIFO_DEPTH: usize = 32;
+pub const MAX_RECVS: usize = 8;
+pub const CTS_ENTRY_WORDS: usize = 4;
+pub const CTS_SLOT_WORDS: usize = MAX_RECVS * CTS_ENTRY_WORDS + 2;
+pub const CTS_SLOT_BYTES: usize = CTS_SLOT_WORDS * 8;
+pub const RECORD_WORDS: usize = 2 + MAX_RECVS;
+pub const RECORD_BYTES: usize = RECORD_WORDS * 8;
+/// Record size meaning "this send was larger than the receive buffer".
+pub const SIZE_TRUNCATED: u64 = u64::MAX;
+
+/// Word-addressed memory shared with the fabric (registered, remotely written or read).
+/// Its address never changes while it lives.
+pub struct SharedWords {
+    words: Box<[AtomicU64]>,
+}
+
+impl SharedWords {
+    pub fn new(n: usize) -> Self {
+        SharedWords {
+            words: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+    pub fn addr(&self) -> usize {
+        self.words.as_ptr() as usize
+    }
+    pub fn len_bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+    pub fn load(&self, i: usize) -> u64 {
+        self.words[i].load(Ordering::Relaxed)
+    }
+    pub fn load_acquire(&self, i: usize) -> u64 {
+        self.words[i].load(Ordering::Acquire)
+    }
+    pub fn store(&self, i: usize, v: u64) {
+        self.words[i].store(v, Ordering::Relaxed)
+    }
+    pub fn store_release(&self, i: usize, v: u64) {
+        self.words[i].store(v, Ordering::Release)
+    }
+}
+
+/// One receive buffer as advertised in a CTS entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CtsEntry {
+    pub addr: u64,
+    pub size: u64,
+    pub rkey: u32,
+    pub tag: i32,
+}
+
+/// Encode a CTS slot (entries then nreqs then seq).
+pub fn encode_cts(entries: &[CtsEntry], seq: u64) -> [u64; CTS_SLOT_WORDS] {
+    let mut w = [0u64; CTS_SLOT_WORDS];
+    for (i, e) in entries.iter().enumerate() {
+        let b = i * CTS_ENTRY_WORDS;
+        w[b] = e.addr;
+        w[b + 1] = e.size;
+        w[b + 2] = e.rkey as u64 | ((e.tag as u32 as u64) << 32);
+    }
+    w[CTS_SLOT_WORDS - 2] = entries.len() as u64;
+    w[CTS_SLOT_WORDS - 1] = seq;
+    w
+}
+
+/// Read slot `slot` of a CTS FIFO if it carries `seq`; `None` if not posted yet.
+/// A slot with an impossible entry count is reported as `Err(nreqs)`.
+pub fn read_cts(
+    fifo: &SharedWords,
+    slot: usize,
+    seq: u64,
+) -> Result<Option<Vec<CtsEntry>>, u64> {
+    let base = slot * CTS_SLOT_WORDS;
+    if fifo.load_acquire(base + CTS_SLOT_WORDS - 1) != seq {
+        return Ok(None);
+    }
+    let n = fifo.load(base + CTS_SLOT_WORDS - 2);
+    if n == 0 || n as usize > MAX_RECVS {
+        return Err(n);
+    }
+    Ok(Some(
+        (0..n as usize)
+            .map(|i| {
+                let b = base + i * CTS_ENTRY_WORDS;
+                let w2 = fifo.load(b + 2);
+                CtsEntry {
+                    addr: fifo.load(b),
+                    size: fifo.load(b + 1),
+                    rkey: w2 as u32,
+                    tag: (w2 >> 32) as u32 as i32,
+                }
+            })
+            .collect(),
+    ))
+}
+
+/// A completion record as the receiver reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub seq: u64,
+    pub nreqs: u32,
+    pub status: u32,
+    pub sizes: [u64; MAX_RECVS],
+}
+
+pub fn encode_record(r: &Record) -> [u64; RECORD_WORDS] {
+    let mut w = [0u64; RECORD_WORDS];
+    w[0] = r.seq;
+    w[1] = r.nreqs as u64 | ((r.status as u64) << 32);
+    w[2..].copy_from_slice(&r.sizes);
+    w
+}
+
+pub fn read_record(recs: &SharedWords, slot: usize) -> Record {
+    let b = slot * RECORD_WORDS;
+    let w1 = recs.load(b + 1);
+    let mut sizes = [0u64; MAX_RECVS];
+    for (i, s) in sizes.iter_mut().enumerate() {
+        *s = recs.load(b + 2 + i);
+    }
+    Record {
+        seq: recs.load(b),
+        nreqs: w1 as u32,
+        status: (w1 >> 32) as u32,
+        sizes,
+    }
+}
+
+/// What a work request was for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WrKind {
+    Cts = 1,
+    Data = 2,
+    Record = 3,
+    Recv = 4,
+}
+
+const SEQ_MASK: u64 = (1 << 48) - 1;
+
+pub fn wr_id(kind: WrKind, seq: u64, index: u8) -> u64 {
+    ((kind as u64) << 56) | ((index as u64) << 48) | (seq & SEQ_MASK)
+}
+
+/// `(kind, seq (48 bits), index)`; `None` kind for ids this transport never issued.
+pub fn decode_wr_id(id: u64) -> (Option<WrKind>, u64, u8) {
+    let kind = match id >> 56 {
+        1 => Some(WrKind::Cts),
+        2 => Some(WrKind::Data),
+        3 => Some(WrKind::Record),
+        4 => Some(WrKind::Recv),
+        _ => None,
+    };
+    (kind, id & SEQ_MASK, (id >> 48) as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cts_roundtrip_through_shared_words() {
+        let fifo = SharedWords::new(FIFO_DEPTH * CTS_SLOT_WORDS);
+        let entries = vec![
+            CtsEntry {
+                addr: 0x1000,
+                size: 77,
+                rkey: 0xabcd,
+                tag: -3,
+            },
+            CtsEntry {
+                addr: 0x2000,
+                size: 0,
+                rkey: 1,
+                tag: 7,
+            },
+        ];
+        let words = encode_cts(&entries, 9);
+        for (i, w) in words.iter().enumerate() {
+            fifo.store(5 * CTS_SLOT_WORDS + i, *w);
+        }
+        assert_eq!(read_cts(&fifo, 5, 8), Ok(None), "wrong seq is not posted");
+        assert_eq!(read_cts(&fifo, 5, 9), Ok(Some(entries)));
+        fifo.store(5 * CTS_SLOT_WORDS + CTS_SLOT_WORDS - 2, 9);
+        assert_eq!(read_cts(&fifo, 5, 9), Err(9));
+    }
+
+    #[test]
+    fn record_and_wr_id_roundtrip() {
+        let recs = SharedWords::new(FIFO_DEPTH * RECORD_WORDS);
+        let r = Record {
+            seq: 1 << 40,
+            nreqs: 3,
+            status: 0,
+            sizes: [1, 2, SIZE_TRUNCATED, 0, 0, 0, 0, 0],
+        };
+        for (i, w) in encode_record(&r).iter().enumerate() {
+            recs.store(31 * RECORD_WORDS + i, *w);
+        }
+        assert_eq!(read_record(&recs, 31), r);
+        let id = wr_id(WrKind::Data, (1 << 47) + 5, 7);
+        assert_eq!(decode_wr_id(id), (Some(WrKind::Data), (1 << 47) + 5, 7));
+        assert_eq!(decode_wr_id(0).0, None);
+    }
+}
