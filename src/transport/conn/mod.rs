@@ -1,1 +1,13 @@
-pub mod placeholder {}
+//! Connection drivers: apply the sans-IO handshake and data machines to fabric queue pairs
+//! and OOB sockets. `listen` + `connect` build connections; `send` and `recv` carry data.
+
+pub mod connect;
+pub mod error;
+pub mod listen;
+pub mod mr;
+pub mod oob_io;
+pub mod path;
+pub mod recv;
+pub mod send;
+
+pub use error::{Error, Result};

@@ -22,6 +22,8 @@ pub struct ReqId {
 /// Broad class of a protocol error (maps to an `ncclResult_t` above).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
+    /// A malformed argument (bad handle, size, pointer).
+    Argument,
     /// The caller broke the contract (NCCL or the application).
     Usage,
     /// The peer or the link failed.

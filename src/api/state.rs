@@ -1,0 +1,124 @@
+//! Process-wide plugin state, built once by `init`: configuration, fabric, engine and the
+//! handle tables.
+
+use super::error::{ApiError, ApiResult, Code};
+use super::handles::{Kind, Registry};
+use crate::config::{Config, FabricKind};
+use crate::engine::Engine;
+use crate::fabric::sock::{SockConfig, SockFabric, SockRail};
+use crate::fabric::{netif, Fabric};
+use crate::transport::conn::connect::PendingConnect;
+use crate::transport::conn::listen::ListenComm;
+use crate::transport::conn::mr::MrHandle;
+use crate::transport::conn::recv::RecvComm;
+use crate::transport::conn::send::SendComm;
+use std::net::IpAddr;
+use std::sync::{Arc, OnceLock};
+
+pub struct Plugin {
+    pub cfg: Config,
+    pub engine: Arc<Engine>,
+    /// Address the OOB listeners bind (from `NCCL_SOCKET_IFNAME`).
+    pub oob_ip: IpAddr,
+    pub listens: Registry<ListenComm>,
+    pub connects: Registry<PendingConnect>,
+    pub sends: Registry<SendComm>,
+    pub recvs: Registry<RecvComm>,
+    pub mrs: Registry<MrEntry>,
+}
+
+/// A registration and the device it was made for.
+pub struct MrEntry {
+    pub handle: MrHandle,
+}
+
+static PLUGIN: OnceLock<Result<Plugin, ApiError>> = OnceLock::new();
+
+/// Build the plugin state once; later calls return the first outcome.
+pub fn init() -> ApiResult<&'static Plugin> {
+    PLUGIN.get_or_init(build).as_ref().map_err(Clone::clone)
+}
+
+/// The state, or an error if `init` was not called (or failed).
+pub fn get() -> ApiResult<&'static Plugin> {
+    match PLUGIN.get() {
+        Some(Ok(p)) => Ok(p),
+        Some(Err(e)) => Err(e.clone()),
+        None => Err(ApiError::usage("the plugin was used before init()")),
+    }
+}
+
+fn build() -> ApiResult<Plugin> {
+    let cfg = Config::from_env().map_err(|e| ApiError::arg(e.to_string()))?;
+    let ifs = netif::interfaces()
+        .map_err(|e| ApiError::new(Code::SystemError, format!("listing interfaces: {e}")))?;
+    let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
+    let oob = netif::select_oob(ifname.as_deref(), &ifs).ok_or_else(|| {
+        ApiError::new(
+            Code::SystemError,
+            format!(
+                "no network interface matches NCCL_SOCKET_IFNAME={}",
+                ifname.as_deref().unwrap_or("(unset)")
+            ),
+        )
+    })?;
+    let fabric: Arc<dyn Fabric> = match cfg.fabric {
+        FabricKind::Sock => {
+            let specs = if cfg.sock_rails.is_empty() {
+                vec![oob.name.clone()]
+            } else {
+                cfg.sock_rails.clone()
+            };
+            let mut rails = Vec::new();
+            for s in &specs {
+                let (name, ip) = netif::resolve_rail(s, &ifs).map_err(|e| {
+                    ApiError::arg(format!("HA_NCCL_SOCK_RAILS: rail {s:?}: {e}"))
+                })?;
+                rails.push(SockRail { name, ip });
+            }
+            Arc::new(
+                SockFabric::new(SockConfig {
+                    rails,
+                    retry_timeout: cfg.sock_retry,
+                    segment_bytes: cfg.sock_segment,
+                })
+                .map_err(|e| ApiError::new(Code::SystemError, e.to_string()))?,
+            )
+        }
+        FabricKind::Verbs => crate::fabric::verbs::open().map_err(|e| {
+            ApiError::new(
+                Code::SystemError,
+                format!(
+                    "HA_NCCL_FABRIC=verbs: {e}. On hosts without RDMA set HA_NCCL_FABRIC=sock"
+                ),
+            )
+        })?,
+    };
+    if fabric.devices().is_empty() {
+        return Err(ApiError::new(
+            Code::SystemError,
+            format!("fabric {} has no devices", fabric.kind()),
+        ));
+    }
+    let names: Vec<&str> = fabric.devices().iter().map(|d| d.name.as_str()).collect();
+    tracing::info!(
+        init = true,
+        "NET/HA : fabric {} with {} device(s) [{}], OOB {} ({})",
+        fabric.kind(),
+        names.len(),
+        names.join(", "),
+        oob.name,
+        oob.addr
+    );
+    let engine = Engine::new(fabric, cfg.progress_spin);
+    Ok(Plugin {
+        oob_ip: oob.addr,
+        engine,
+        cfg,
+        listens: Registry::new(Kind::Listen),
+        connects: Registry::new(Kind::Connect),
+        sends: Registry::new(Kind::Send),
+        recvs: Registry::new(Kind::Recv),
+        mrs: Registry::new(Kind::Mr),
+    })
+}

@@ -1,0 +1,88 @@
+//! Per-PD memory-registration cache: refcounted ranges, so NCCL registering the same buffer
+//! (or a sub-range of one already registered) from several connections costs one fabric
+//! registration. Ranges are widened to `align` (the page size on verbs, 1 on `sock`).
+
+use crate::fabric::{Access, MemoryRegion, MrKeys, ProtectionDomain, Result};
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+struct Entry {
+    start: usize,
+    end: usize,
+    refs: usize,
+    mr: Box<dyn MemoryRegion>,
+}
+
+pub struct MrCache {
+    pd: Arc<dyn ProtectionDomain>,
+    align: usize,
+    entries: Mutex<Vec<Entry>>,
+}
+
+/// One reference to a cached registration; give it back with [`MrCache::release`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrRef {
+    pub keys: MrKeys,
+    start: usize,
+    end: usize,
+}
+
+impl MrCache {
+    pub fn new(pd: Arc<dyn ProtectionDomain>, align: usize) -> Self {
+        MrCache {
+            pd,
+            align: align.max(1),
+            entries: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A registration covering `[addr, addr+len)`, reusing a cached one when it covers it.
+    pub fn acquire(&self, addr: usize, len: usize) -> Result<MrRef> {
+        let start = addr - addr % self.align;
+        let end = (addr + len.max(1)).div_ceil(self.align) * self.align;
+        let mut entries = self.entries.lock();
+        if let Some(e) = entries
+            .iter_mut()
+            .find(|e| e.start <= start && end <= e.end)
+        {
+            e.refs += 1;
+            return Ok(MrRef {
+                keys: e.mr.keys(),
+                start: e.start,
+                end: e.end,
+            });
+        }
+        let mr = self.pd.reg_mr(start, end - start, Access::ALL)?;
+        let keys = mr.keys();
+        entries.push(Entry {
+            start,
+            end,
+            refs: 1,
+            mr,
+        });
+        Ok(MrRef { keys, start, end })
+    }
+
+    /// Drop one reference; the last one deregisters.
+    pub fn release(&self, r: MrRef) {
+        let mut entries = self.entries.lock();
+        if let Some(i) = entries
+            .iter()
+            .position(|e| e.start == r.start && e.end == r.end && e.mr.keys() == r.keys)
+        {
+            entries[i].refs -= 1;
+            if entries[i].refs == 0 {
+                entries.swap_remove(i);
+            }
+        }
+    }
+
+    /// Live fabric registrations (for stats and leak tests).
+    pub fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,57 @@
+//! The background progress thread: polls every completion queue and moves completions into
+//! the connections' inboxes. It busy-polls for `spin` after the last completion, then sleeps
+//! on the doorbell the fabrics ring.
+
+use super::router::Router;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub struct ProgressThread {
+    stop: Arc<AtomicBool>,
+    router: Arc<Router>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl ProgressThread {
+    pub fn start(router: Arc<Router>, spin: Duration) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, r) = (stop.clone(), router.clone());
+        let handle = std::thread::Builder::new()
+            .name("ha-progress".into())
+            .spawn(move || run(&r, &s, spin))?;
+        Ok(ProgressThread {
+            stop,
+            router,
+            handle: Some(handle),
+        })
+    }
+}
+
+fn run(router: &Router, stop: &AtomicBool, spin: Duration) {
+    let mut buf = Vec::with_capacity(64);
+    let mut last = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        if router.poll_once(&mut buf, 64) > 0 {
+            last = Instant::now();
+        } else if last.elapsed() < spin {
+            std::hint::spin_loop();
+        } else {
+            // Woken by the fabric's doorbell; the timeout only bounds how long a stop or a
+            // fabric that cannot ring (polled hardware queues) waits.
+            router.doorbell.wait(Duration::from_millis(20));
+            last = Instant::now() - spin;
+        }
+    }
+}
+
+impl Drop for ProgressThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.router.doorbell.ring();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
