@@ -85,7 +85,7 @@ fn build() -> ApiResult<Plugin> {
                 .map_err(|e| ApiError::new(Code::SystemError, e.to_string()))?,
             )
         }
-        FabricKind::Verbs => crate::fabric::verbs::open().map_err(|e| {
+        FabricKind::Verbs => crate::fabric::verbs::open(&Default::default()).map_err(|e| {
             ApiError::new(
                 Code::SystemError,
                 format!(
