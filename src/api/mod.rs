@@ -1,1 +1,9 @@
-//! API layer: validation of what NCCL passes in, panic safety, error mapping.
+//! API layer: validation of what NCCL passes in, panic safety, error mapping. Safe Rust only;
+//! the `abi` adapters convert C pointers into the plain values these functions take.
+
+pub mod error;
+pub mod handles;
+pub mod ops;
+pub mod state;
+
+pub use error::{ApiError, ApiResult, Code};

@@ -106,4 +106,9 @@ impl RecvComm {
     pub fn device(&self) -> usize {
         self.path.lease.dev.dev
     }
+
+    /// The device resources registrations for this connection are made on.
+    pub fn device_res(&self) -> &std::sync::Arc<crate::engine::DeviceRes> {
+        &self.path.lease.dev
+    }
 }

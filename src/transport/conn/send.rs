@@ -117,4 +117,9 @@ impl SendComm {
     pub fn device(&self) -> usize {
         self.path.lease.dev.dev
     }
+
+    /// The device resources registrations for this connection are made on.
+    pub fn device_res(&self) -> &std::sync::Arc<crate::engine::DeviceRes> {
+        &self.path.lease.dev
+    }
 }
