@@ -89,15 +89,21 @@ int rec_calls(void) { return calls; }
 unsigned long rec_flags(void) { return last_flags; }
 "#;
 
+    type StrFn = unsafe extern "C" fn() -> *const c_char;
+    type IntFn = unsafe extern "C" fn() -> c_int;
+    type ULongFn = unsafe extern "C" fn() -> c_ulong;
+    type LoggerFn = unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
+    type Sym = *mut libc::c_void;
+
     struct Recorder {
         logger: NcclDebugLogger,
-        fmt: unsafe extern "C" fn() -> *const c_char,
-        file: unsafe extern "C" fn() -> *const c_char,
-        msg: unsafe extern "C" fn() -> *const c_char,
-        level: unsafe extern "C" fn() -> c_int,
-        line: unsafe extern "C" fn() -> c_int,
-        calls: unsafe extern "C" fn() -> c_int,
-        flags: unsafe extern "C" fn() -> c_ulong,
+        fmt: StrFn,
+        file: StrFn,
+        msg: StrFn,
+        level: IntFn,
+        line: IntFn,
+        calls: IntFn,
+        flags: ULongFn,
     }
 
     #[derive(Debug, PartialEq, Eq)]
@@ -117,7 +123,7 @@ unsigned long rec_flags(void) { return last_flags; }
         }
 
         fn last(&self) -> Call {
-            let s = |f: unsafe extern "C" fn() -> *const c_char| {
+            let s = |f: StrFn| {
                 // SAFETY: the recorder's getters return pointers to its static NUL-terminated
                 // buffers, which live as long as the (never unloaded) library.
                 unsafe { CStr::from_ptr(f()).to_string_lossy().into_owned() }
@@ -171,17 +177,14 @@ unsigned long rec_flags(void) { return last_flags; }
         // it is transmuted to (`rec_logger` has ncclDebugLogger_t's signature).
         unsafe {
             Recorder {
-                logger: Some(std::mem::transmute::<
-                    *mut libc::c_void,
-                    unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...),
-                >(sym(c"rec_logger"))),
-                fmt: std::mem::transmute::<*mut libc::c_void, _>(sym(c"rec_fmt")),
-                file: std::mem::transmute::<*mut libc::c_void, _>(sym(c"rec_file")),
-                msg: std::mem::transmute::<*mut libc::c_void, _>(sym(c"rec_msg")),
-                level: std::mem::transmute::<*mut libc::c_void, _>(sym(c"rec_level")),
-                line: std::mem::transmute::<*mut libc::c_void, _>(sym(c"rec_line")),
-                calls: std::mem::transmute::<*mut libc::c_void, _>(sym(c"rec_calls")),
-                flags: std::mem::transmute::<*mut libc::c_void, _>(sym(c"rec_flags")),
+                logger: Some(std::mem::transmute::<Sym, LoggerFn>(sym(c"rec_logger"))),
+                fmt: std::mem::transmute::<Sym, StrFn>(sym(c"rec_fmt")),
+                file: std::mem::transmute::<Sym, StrFn>(sym(c"rec_file")),
+                msg: std::mem::transmute::<Sym, StrFn>(sym(c"rec_msg")),
+                level: std::mem::transmute::<Sym, IntFn>(sym(c"rec_level")),
+                line: std::mem::transmute::<Sym, IntFn>(sym(c"rec_line")),
+                calls: std::mem::transmute::<Sym, IntFn>(sym(c"rec_calls")),
+                flags: std::mem::transmute::<Sym, ULongFn>(sym(c"rec_flags")),
             }
         }
     }
