@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod handles;
+pub mod log;
 pub mod ops;
 pub mod state;
 
