@@ -3,4 +3,5 @@
 
 pub mod common;
 pub mod logger;
+pub mod v8;
 pub mod v8_types;
