@@ -2,4 +2,5 @@
 //! adapters onto `api`), plus a loader that drives any ext-net library through its table.
 
 pub mod common;
+pub mod loader;
 pub mod v8_types;
