@@ -123,7 +123,7 @@ impl PendingConnect {
     pub fn finish(self) -> SendComm {
         SendComm {
             path: self.path,
-            fifo_mr: self.fifo_mr,
+            _fifo_mr: self.fifo_mr,
             stage_mr: self.stage_mr,
             fifo: self.fifo,
             stage: self.stage,

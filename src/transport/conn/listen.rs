@@ -200,7 +200,7 @@ impl ListenComm {
         let parts = p.parts.expect("handshake done");
         RecvComm {
             path: parts.path,
-            records_mr: parts.records_mr,
+            _records_mr: parts.records_mr,
             cts_mr: parts.cts_mr,
             records: parts.records,
             cts_stage: parts.cts_stage,

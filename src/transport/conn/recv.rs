@@ -19,7 +19,7 @@ pub struct RecvArg<'a> {
 
 pub struct RecvComm {
     pub(crate) path: Path,
-    pub(crate) records_mr: Box<dyn MemoryRegion>,
+    pub(crate) _records_mr: Box<dyn MemoryRegion>,
     pub(crate) cts_mr: Box<dyn MemoryRegion>,
     pub(crate) records: SharedWords,
     pub(crate) cts_stage: SharedWords,

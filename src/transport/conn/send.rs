@@ -12,7 +12,7 @@ use crate::transport::handshake::RemoteBuf;
 pub struct SendComm {
     // Drop order: the path (fenced QP) before the memory the peer writes into.
     pub(crate) path: Path,
-    pub(crate) fifo_mr: Box<dyn MemoryRegion>,
+    pub(crate) _fifo_mr: Box<dyn MemoryRegion>,
     pub(crate) stage_mr: Box<dyn MemoryRegion>,
     pub(crate) fifo: SharedWords,
     pub(crate) stage: SharedWords,
