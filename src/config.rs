@@ -129,6 +129,14 @@ pub const HANDSHAKE_TIMEOUT_MS: Param = Param {
     range: Some((1, u64::MAX)),
 };
 
+pub const KEEPALIVE_MS: Param = Param {
+    name: "HA_NCCL_KEEPALIVE_MS",
+    kind: Kind::Millis,
+    default: "1000",
+    doc: "A connection waiting this long for its peer (a send with no posted receive, a receive with no data) probes the peer with a zero-length RDMA write, so a dead peer fails the request instead of hanging it.",
+    range: Some((1, u64::MAX)),
+};
+
 /// Every knob, in documentation order.
 pub const PARAMS: &[Param] = &[
     FABRIC,
@@ -138,6 +146,7 @@ pub const PARAMS: &[Param] = &[
     TEST_MAX_POLL,
     PROGRESS_SPIN_US,
     HANDSHAKE_TIMEOUT_MS,
+    KEEPALIVE_MS,
 ];
 
 /// Every knob's typed value.
@@ -157,6 +166,8 @@ pub struct Config {
     pub progress_spin: Duration,
     /// `HA_NCCL_HANDSHAKE_TIMEOUT_MS`.
     pub handshake_timeout: Duration,
+    /// `HA_NCCL_KEEPALIVE_MS`.
+    pub keepalive: Duration,
 }
 
 /// A knob whose value cannot be used. Each message names the variable, the offending value
@@ -233,6 +244,7 @@ impl Config {
                 &HANDSHAKE_TIMEOUT_MS,
                 &text(&HANDSHAKE_TIMEOUT_MS),
             )?),
+            keepalive: Duration::from_millis(parse_number(&KEEPALIVE_MS, &text(&KEEPALIVE_MS))?),
         })
     }
 }
@@ -469,6 +481,7 @@ mod tests {
         assert_eq!(c.test_max_poll, 16);
         assert_eq!(c.progress_spin, Duration::from_micros(50));
         assert_eq!(c.handshake_timeout, Duration::from_millis(30_000));
+        assert_eq!(c.keepalive, Duration::from_millis(1000));
         for p in PARAMS {
             validate(p, p.default)
                 .unwrap_or_else(|e| panic!("default of {} is invalid: {e}", p.name));
@@ -701,6 +714,7 @@ mod tests {
             ("HA_NCCL_TEST_MAX_POLL", "3"),
             ("HA_NCCL_PROGRESS_SPIN_US", "9"),
             ("HA_NCCL_HANDSHAKE_TIMEOUT_MS", "11"),
+            ("HA_NCCL_KEEPALIVE_MS", "13"),
         ])
         .unwrap();
         let Config {
@@ -711,6 +725,7 @@ mod tests {
             test_max_poll,
             progress_spin,
             handshake_timeout,
+            keepalive,
         } = c;
         assert_eq!(fabric, FabricKind::Sock);
         assert_eq!(sock_rails, vec!["lo"]);
@@ -719,7 +734,8 @@ mod tests {
         assert_eq!(test_max_poll, 3);
         assert_eq!(progress_spin, Duration::from_micros(9));
         assert_eq!(handshake_timeout, Duration::from_millis(11));
-        assert_eq!(PARAMS.len(), 7, "one PARAMS row per Config field");
+        assert_eq!(keepalive, Duration::from_millis(13));
+        assert_eq!(PARAMS.len(), 8, "one PARAMS row per Config field");
     }
 
     #[test]

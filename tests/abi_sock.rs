@@ -2,9 +2,9 @@
 //! loopback): handshake, verified data of every size, multi-recv with tags, 32 in flight,
 //! and bad input giving clear error codes with the process alive.
 
-mod common;
+mod so;
 
-use common::*;
+use so::*;
 use nccl_net_ha::abi::common::{
     NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE, NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_CUDA,
     NCCL_REMOTE_ERROR, NCCL_SUCCESS,

@@ -146,6 +146,8 @@ pub enum WrKind {
     Data = 2,
     Record = 3,
     Recv = 4,
+    /// A zero-length keep-alive write probing the peer.
+    Probe = 5,
 }
 
 const SEQ_MASK: u64 = (1 << 48) - 1;
@@ -161,6 +163,7 @@ pub fn decode_wr_id(id: u64) -> (Option<WrKind>, u64, u8) {
         2 => Some(WrKind::Data),
         3 => Some(WrKind::Record),
         4 => Some(WrKind::Recv),
+        5 => Some(WrKind::Probe),
         _ => None,
     };
     (kind, id & SEQ_MASK, (id >> 48) as u8)
