@@ -9,6 +9,7 @@ use super::conn::{self, HandleExchange, Side};
 use super::driver::Ctl;
 use super::report::{self, BenchRow, RunInfo};
 use super::wire::{self, Handle, Msg};
+use crate::abi::common::NCCL_NET_HANDLE_MAXSIZE;
 use crate::abi::loader::{PluginV8, Props};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -159,6 +160,11 @@ fn side_main(
         // Requests may still be in flight: leave the comms open rather than close them under
         // the plugin's feet.
         return emit(Event::Done(side));
+    }
+    // Out-of-band barrier (a second, all-zero handle exchange) so that neither side closes
+    // while the other still waits for its last completions.
+    if let Err(e) = xchg.exchange(&[0u8; NCCL_NET_HANDLE_MAXSIZE], Instant::now() + timeout) {
+        return emit(Event::Failed(side, format!("barrier before close: {e}")));
     }
     match ep.close() {
         Ok(()) => emit(Event::Done(side)),
