@@ -37,7 +37,7 @@ enum { M_LISTEN = 0x4c4c4c4c, M_SEND = 0x53535353, M_RECV = 0x52525252, M_MR = 0
        M_REQ = 0x51515151, M_DEAD = 0x44454144 };
 enum { K_SEND, K_RECV };
 
-#define WARN(...) do { fprintf(stderr, "MOCK: " __VA_ARGS__); fputc('\n', stderr); } while (0)
+#define WARN(fmt, ...) fprintf(stderr, "MOCK: " fmt "\n", ##__VA_ARGS__)
 
 struct conn;
 struct mr { int magic; void* comm; char* addr; size_t len; };

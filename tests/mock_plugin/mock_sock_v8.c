@@ -30,7 +30,7 @@
 #define CTS_RING 64
 #define HANDLE_MAGIC 0x4d4f434b534f434bULL
 
-#define WARN(...) do { fprintf(stderr, "MOCKSOCK: " __VA_ARGS__); fputc('\n', stderr); } while (0)
+#define WARN(fmt, ...) fprintf(stderr, "MOCKSOCK: " fmt "\n", ##__VA_ARGS__)
 
 enum { M_LISTEN = 0x4c4c4c4c, M_SEND = 0x53535353, M_RECV = 0x52525252, M_MR = 0x4d4d4d4d,
        M_SREQ = 0x51515151, M_RREQ = 0x52515151, M_DEAD = 0x44454144 };
