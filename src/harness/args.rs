@@ -136,6 +136,21 @@ fn parse_num<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T, String> {
         .map_err(|_| format!("{opt}: '{v}' is not a valid number"))
 }
 
+/// Options that take a value.
+const VALUE_OPTIONS: [&str; 11] = [
+    "--plugin",
+    "--dev",
+    "--mode",
+    "--timeout",
+    "--max-size",
+    "--min",
+    "--max",
+    "--factor",
+    "--window",
+    "--iters",
+    "--json",
+];
+
 /// Parses the arguments after the program name.
 pub fn parse_args(args: &[String]) -> Result<Options, String> {
     let mut it = args.iter();
@@ -165,6 +180,9 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
         }
         if !name.starts_with("--") {
             return Err(format!("unexpected argument '{arg}'"));
+        }
+        if !VALUE_OPTIONS.contains(&name) {
+            return Err(format!("unknown option '{name}'"));
         }
         let value = match inline {
             Some(v) => v,
@@ -360,7 +378,8 @@ mod tests {
         assert!(err("frobnicate --plugin p").contains("unknown command"));
         assert!(err("check").contains("--plugin"));
         assert!(err("check --plugin").contains("needs a value"));
-        assert!(err("check --plugin p --bogus 1").contains("unknown option"));
+        assert!(err("check --plugin p --bogus 1").contains("unknown option '--bogus'"));
+        assert!(err("check --bogus").contains("unknown option '--bogus'"));
         assert!(err("check --plugin p stray").contains("unexpected argument"));
         assert!(err("check --plugin p --dev x").contains("not a valid number"));
         assert!(err("check --plugin p --dev -1").contains(">= 0"));

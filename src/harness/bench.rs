@@ -112,7 +112,7 @@ pub fn run_side(
     let mut bufs = Bufs { send, recv };
     for &size in &plan.sizes {
         let result = match side {
-            Side::A => measure(ep, &mut bufs, size, plan, ctl).map(|r| row(r)),
+            Side::A => measure(ep, &mut bufs, size, plan, ctl).map(&mut *row),
             Side::B => serve(ep, &mut bufs, size, plan, ctl),
         };
         if let Err(e) = result {

@@ -198,7 +198,7 @@ mod tests {
         let rows = [
             BenchRow {
                 size: 8,
-                lat_us: 3.14159,
+                lat_us: 3.14659,
                 bw_gbps: 0.0021,
                 lat_iters: 10,
                 bw_iters: 10,
@@ -215,7 +215,7 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[0], "        size |     lat_us |   bw_GBps");
-        assert_eq!(lines[1], "           8 |       3.14 |     0.002");
+        assert_eq!(lines[1], "           8 |       3.15 |     0.002");
         assert_eq!(lines[2], "    67108864 |    5000.00 |    12.346");
         assert!(lines.iter().all(|l| l.len() == lines[0].len()));
     }

@@ -9,6 +9,7 @@ use super::conn::{self, HandleExchange, Side};
 use super::driver::Ctl;
 use super::report::{self, BenchRow, RunInfo};
 use super::wire::{self, Handle, Msg};
+use crate::abi::common::NCCL_NET_HANDLE_MAXSIZE;
 use crate::abi::loader::{PluginV8, Props};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -16,6 +17,12 @@ use std::process::{Child, ChildStdin, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Writes one line to stderr with a single `write` (lines from the parent, the child and the
+/// plugin share the terminal or pipe and must not interleave mid-line).
+fn err_line(msg: &str) {
+    let _ = std::io::stderr().write_all(format!("{msg}\n").as_bytes());
+}
 
 /// Exit status for bad usage.
 pub const EXIT_USAGE: i32 = 2;
@@ -45,11 +52,11 @@ fn load(path: &Path, dev: i32) -> Result<Loaded, String> {
     let plugin = PluginV8::open(path)?;
     let missing = plugin.missing_entries();
     if !missing.is_empty() {
-        eprintln!(
+        err_line(&format!(
             "warning: {}: NULL table entries: {}",
             path.display(),
             missing.join(", ")
-        );
+        ));
     }
     plugin.init().map_err(|e| format!("init: {e}"))?;
     let ndev = plugin.devices().map_err(|e| format!("devices: {e}"))?;
@@ -71,7 +78,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
     let opts = match super::args::parse_args(args) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("ha-harness: {e}\n\n{USAGE}");
+            err_line(&format!("ha-harness: {e}\n\n{USAGE}"));
             return EXIT_USAGE;
         }
     };
@@ -85,7 +92,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
     let loaded = match load(&opts.plugin, opts.dev) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("ha-harness: {e}");
+            err_line(&format!("ha-harness: {e}"));
             return 1;
         }
     };
@@ -119,7 +126,7 @@ fn bench_plan(o: &Options) -> BenchPlan {
     BenchPlan::new(o.min, o.max, o.factor, o.window, o.iters)
 }
 
-fn ctl<'a>(opts: &Options, abort: &'a AtomicBool, job: &Job) -> Ctl<'a> {
+fn make_ctl<'a>(opts: &Options, abort: &'a AtomicBool, job: &Job) -> Ctl<'a> {
     Ctl {
         timeout: Duration::from_secs(opts.timeout_s),
         abort,
@@ -143,7 +150,7 @@ fn side_main(
         Ok(ep) => ep,
         Err(e) => return emit(Event::Failed(side, e)),
     };
-    let ctl = ctl(opts, abort, job);
+    let ctl = make_ctl(opts, abort, job);
     let clean = match job {
         Job::Check(cases) => check::run_side(&ep, side, cases, &ctl, &mut |i, o| {
             emit(Event::Case(side, i, o))
@@ -159,6 +166,11 @@ fn side_main(
         // Requests may still be in flight: leave the comms open rather than close them under
         // the plugin's feet.
         return emit(Event::Done(side));
+    }
+    // Out-of-band barrier (a second, all-zero handle exchange) so that neither side closes
+    // while the other still waits for its last completions.
+    if let Err(e) = xchg.exchange(&[0u8; NCCL_NET_HANDLE_MAXSIZE], Instant::now() + timeout) {
+        return emit(Event::Failed(side, format!("barrier before close: {e}")));
     }
     match ep.close() {
         Ok(()) => emit(Event::Done(side)),
@@ -227,7 +239,7 @@ impl Coordinator {
             Event::Failed(side, e) => {
                 self.finished[side.index()] = true;
                 self.errors.push(format!("side {}: {e}", side.name()));
-                eprintln!("ha-harness: side {}: {e}", side.name());
+                err_line(&format!("ha-harness: side {}: {e}", side.name()));
                 true
             }
         }
@@ -274,7 +286,7 @@ impl Coordinator {
                 window: opts.window,
             };
             if let Err(e) = std::fs::write(path, report::bench_json(&info, &self.rows)) {
-                eprintln!("ha-harness: writing {}: {e}", path.display());
+                err_line(&format!("ha-harness: writing {}: {e}", path.display()));
                 return 1;
             }
         }
@@ -422,7 +434,7 @@ fn read_child(
             let Ok(line) = line else { break };
             let ev = match wire::decode(&line) {
                 None => {
-                    eprintln!("[child] {line}");
+                    err_line(&format!("[child] {line}"));
                     continue;
                 }
                 Some(Ok(Msg::Handle(h))) => {

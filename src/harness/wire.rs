@@ -4,6 +4,9 @@
 //!
 //! child → parent: `handle <hex>`, `case <idx> ok|fail <why>|fatal <why>`, `done`, `error <why>`
 //! parent → child: `handle <hex>`, `abort`
+//!
+//! Each side sends `handle` twice: its listen handle, then an all-zero one as the barrier
+//! before closing its comms.
 
 use super::check::Outcome;
 use crate::abi::common::NCCL_NET_HANDLE_MAXSIZE;

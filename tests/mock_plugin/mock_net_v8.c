@@ -25,54 +25,19 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef enum {
-  ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
-  ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6
-} ncclResult_t;
-typedef void (*ncclDebugLogger_t)(int level, unsigned long flags, const char* file, int line,
-                                  const char* fmt, ...);
-typedef struct {
-  char* name; char* pciPath; uint64_t guid; int ptrSupport; int regIsGlobal; int speed;
-  int port; float latency; int maxComms; int maxRecvs; int netDeviceType; int netDeviceVersion;
-} ncclNetProperties_v8_t;
-typedef struct {
-  int netDeviceType; int netDeviceVersion; void* handle; size_t size; int needsProxyProgress;
-} ncclNetDeviceHandle_v8_t;
-typedef struct {
-  const char* name;
-  ncclResult_t (*init)(ncclDebugLogger_t);
-  ncclResult_t (*devices)(int*);
-  ncclResult_t (*getProperties)(int, ncclNetProperties_v8_t*);
-  ncclResult_t (*listen)(int, void*, void**);
-  ncclResult_t (*connect)(int, void*, void**, ncclNetDeviceHandle_v8_t**);
-  ncclResult_t (*accept)(void*, void**, ncclNetDeviceHandle_v8_t**);
-  ncclResult_t (*regMr)(void*, void*, size_t, int, void**);
-  ncclResult_t (*regMrDmaBuf)(void*, void*, size_t, int, uint64_t, int, void**);
-  ncclResult_t (*deregMr)(void*, void*);
-  ncclResult_t (*isend)(void*, void*, int, int, void*, void**);
-  ncclResult_t (*irecv)(void*, int, void**, int*, int*, void**, void**);
-  ncclResult_t (*iflush)(void*, int, void**, int*, void**, void**);
-  ncclResult_t (*test)(void*, int*, int*);
-  ncclResult_t (*closeSend)(void*);
-  ncclResult_t (*closeRecv)(void*);
-  ncclResult_t (*closeListen)(void*);
-  ncclResult_t (*getDeviceMr)(void*, void*, void**);
-  ncclResult_t (*irecvConsumed)(void*, int, void*);
-} ncclNet_v8_t;
+#include "net_v8.h"
 
 #ifndef MOCK_MAXRECVS
 #define MOCK_MAXRECVS 8
 #endif
-#define MAX_REQUESTS 32
 #define MAX_LISTENS 256
 #define MAX_PENDING 16
-#define NCCL_PTR_HOST 1
 
 enum { M_LISTEN = 0x4c4c4c4c, M_SEND = 0x53535353, M_RECV = 0x52525252, M_MR = 0x4d4d4d4d,
        M_REQ = 0x51515151, M_DEAD = 0x44454144 };
 enum { K_SEND, K_RECV };
 
-#define WARN(...) do { fprintf(stderr, "MOCK: " __VA_ARGS__); fputc('\n', stderr); } while (0)
+#define WARN(fmt, ...) fprintf(stderr, "MOCK: " fmt "\n", ##__VA_ARGS__)
 
 struct conn;
 struct mr { int magic; void* comm; char* addr; size_t len; };
@@ -220,7 +185,7 @@ static int skip_post(void) {
   return null_every > 0 && ++post_calls % null_every == 0;
 }
 
-static ncclResult_t m_isend(void* sc, void* data, int size, int tag, void* mh, void** request) {
+__attribute__((unused)) static ncclResult_t m_isend(void* sc, void* data, int size, int tag, void* mh, void** request) {
   struct scomm* s = sc;
   *request = NULL;
   if (!s || s->magic != M_SEND) { WARN("isend: bad comm"); return ncclInvalidArgument; }
