@@ -48,10 +48,22 @@ fn hs_timeout() -> ApiResult<Duration> {
     Ok(state::get()?.cfg.handshake_timeout)
 }
 
+fn keepalive() -> ApiResult<Duration> {
+    Ok(state::get()?.cfg.keepalive)
+}
+
 pub fn listen(dev: i32, handle: &mut [u8; HANDLE_SIZE]) -> ApiResult<u64> {
     let d = device(dev)?;
     let p = state::get()?;
-    let l = ListenComm::new(&p.engine, d, p.oob_ip, max_poll()?, hs_timeout()?, handle)?;
+    let l = ListenComm::new(
+        &p.engine,
+        d,
+        p.oob_ip,
+        max_poll()?,
+        hs_timeout()?,
+        keepalive()?,
+        handle,
+    )?;
     p.listens.insert(l)
 }
 
@@ -63,7 +75,14 @@ pub fn connect(dev: i32, h: &mut [u8; HANDLE_SIZE]) -> ApiResult<u64> {
         .map_err(|e| ApiError::arg(format!("bad connect handle: {e}")))?;
     let mut token = handle::scratch(h);
     if token == 0 {
-        let pc = PendingConnect::start(&p.engine, d, &ch, max_poll()?, hs_timeout()?)?;
+        let pc = PendingConnect::start(
+            &p.engine,
+            d,
+            &ch,
+            max_poll()?,
+            hs_timeout()?,
+            keepalive()?,
+        )?;
         token = p.connects.insert(pc)?;
         handle::set_scratch(h, token);
     }

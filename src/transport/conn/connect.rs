@@ -29,6 +29,7 @@ pub struct PendingConnect {
     peer_records: Option<RemoteBuf>,
     deadline: Instant,
     max_poll: usize,
+    keepalive: Duration,
     _hold: crate::engine::Lease,
 }
 
@@ -39,6 +40,7 @@ impl PendingConnect {
         handle: &ConnectHandle,
         max_poll: usize,
         timeout: Duration,
+        keepalive: Duration,
     ) -> Result<PendingConnect> {
         let path = Path::open(engine.lease(dev)?)?;
         let hold = path.lease.clone_lease();
@@ -70,6 +72,7 @@ impl PendingConnect {
             peer_records: None,
             deadline: Instant::now() + timeout,
             max_poll,
+            keepalive,
             _hold: hold,
         })
     }
@@ -130,6 +133,7 @@ impl PendingConnect {
             peer_records: self.peer_records.expect("handshake done"),
             machine: SendSide::new(),
             max_poll: self.max_poll,
+            keepalive: super::path::Keepalive::new(self.keepalive),
             _hold: self._hold,
         }
     }

@@ -30,6 +30,7 @@ pub struct ListenComm {
     pending: Vec<PendingAccept>,
     max_poll: usize,
     timeout: Duration,
+    keepalive: Duration,
     /// Handshakes dropped (bad token, garbage, timeout): for tests and stats.
     pub rejected: u64,
 }
@@ -61,6 +62,7 @@ impl ListenComm {
         ip: IpAddr,
         max_poll: usize,
         timeout: Duration,
+        keepalive: Duration,
         handle: &mut [u8; HANDLE_SIZE],
     ) -> Result<ListenComm> {
         let lease = engine.lease(dev)?;
@@ -80,6 +82,7 @@ impl ListenComm {
             pending: Vec::new(),
             max_poll,
             timeout,
+            keepalive,
             rejected: 0,
         })
     }
@@ -117,7 +120,7 @@ impl ListenComm {
             match self.step(i) {
                 Ok(true) => {
                     let p = self.pending.swap_remove(i);
-                    return Ok(Some(Self::finish(p, self.max_poll)));
+                    return Ok(Some(Self::finish(p, self.max_poll, self.keepalive)));
                 }
                 Ok(false) => i += 1,
                 Err(e) => {
@@ -196,7 +199,7 @@ impl ListenComm {
         })
     }
 
-    fn finish(p: PendingAccept, max_poll: usize) -> RecvComm {
+    fn finish(p: PendingAccept, max_poll: usize, keepalive: Duration) -> RecvComm {
         let parts = p.parts.expect("handshake done");
         RecvComm {
             path: parts.path,
@@ -207,6 +210,7 @@ impl ListenComm {
             peer_fifo: parts.peer_fifo,
             machine: RecvSide::new(),
             max_poll,
+            keepalive: super::path::Keepalive::new(keepalive),
             _hold: parts.hold,
         }
     }

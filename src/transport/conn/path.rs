@@ -43,3 +43,76 @@ impl Drop for Path {
         let _ = self.qp.to_err();
     }
 }
+
+/// Keep-alive probing: a connection that has waited `interval` on its peer posts one
+/// zero-length RDMA WRITE to a region the peer registered. A live peer acknowledges it; a
+/// dead one makes it complete in error (retry exceeded), which fails the waiting request
+/// instead of leaving NCCL polling forever.
+pub struct Keepalive {
+    interval: std::time::Duration,
+    waiting_since: Option<std::time::Instant>,
+    outstanding: bool,
+    sent: u64,
+}
+
+impl Keepalive {
+    pub fn new(interval: std::time::Duration) -> Self {
+        Keepalive {
+            interval,
+            waiting_since: None,
+            outstanding: false,
+            sent: 0,
+        }
+    }
+
+    /// Something moved: the peer is alive.
+    pub fn progress(&mut self) {
+        self.waiting_since = None;
+    }
+
+    /// The connection is waiting on its peer; probe `target` when due.
+    pub fn waiting(
+        &mut self,
+        qp: &dyn QueuePair,
+        target: crate::transport::handshake::RemoteBuf,
+    ) -> FabricResult<()> {
+        let now = std::time::Instant::now();
+        let since = *self.waiting_since.get_or_insert(now);
+        if self.outstanding || now.duration_since(since) < self.interval {
+            return Ok(());
+        }
+        self.sent += 1;
+        self.outstanding = true;
+        self.waiting_since = Some(now);
+        qp.post_send(&[crate::fabric::SendWr {
+            wr_id: crate::transport::data::layout::wr_id(
+                crate::transport::data::layout::WrKind::Probe,
+                self.sent,
+                0,
+            ),
+            op: crate::fabric::SendOp::Write,
+            local: crate::fabric::Sge {
+                addr: 0,
+                len: 0,
+                lkey: 0,
+            },
+            remote_addr: target.addr,
+            rkey: target.rkey,
+            signaled: true,
+        }])
+    }
+
+    /// Note a completion (a probe's answer clears the outstanding flag).
+    pub fn on_completion(&mut self, c: &crate::fabric::Completion) {
+        if crate::transport::data::layout::decode_wr_id(c.wr_id).0
+            == Some(crate::transport::data::layout::WrKind::Probe)
+        {
+            self.outstanding = false;
+        }
+    }
+
+    /// Probes posted so far.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+}

@@ -2,7 +2,7 @@
 
 use super::error::{Error, Result};
 use super::mr::MrHandle;
-use super::path::Path;
+use super::path::{Keepalive, Path};
 use crate::fabric::{MemoryRegion, SendOp, SendWr, Sge, WcStatus};
 use crate::transport::data::layout::{CtsEntry, SharedWords, CTS_SLOT_BYTES, CTS_SLOT_WORDS};
 use crate::transport::data::recv::RecvSide;
@@ -26,6 +26,7 @@ pub struct RecvComm {
     pub(crate) peer_fifo: RemoteBuf,
     pub(crate) machine: RecvSide,
     pub(crate) max_poll: usize,
+    pub(crate) keepalive: Keepalive,
     /// Keeps the device (PD) alive until the registrations above are gone.
     pub(crate) _hold: crate::engine::Lease,
 }
@@ -86,13 +87,27 @@ impl RecvComm {
     /// `Ok(Some(sizes))` once the receive completed.
     pub fn test(&mut self, id: ReqId) -> Result<Option<Vec<u64>>> {
         self.drain();
-        Ok(self.machine.test(id)?)
+        let r = self.machine.test(id)?;
+        if r.is_some() {
+            self.keepalive.progress();
+        } else if let Err(e) = self.keepalive.waiting(&*self.path.qp, self.peer_fifo) {
+            // Waiting for data: make sure the sender is still there.
+            self.machine.fail(ProtoError::Failed {
+                status: WcStatus::LocQpOpErr,
+                what: "posting a keep-alive probe",
+            });
+            return Err(e.into());
+        }
+        Ok(r)
     }
 
     fn drain(&mut self) {
         for _ in 0..self.max_poll {
             match self.path.route.inbox.pop() {
-                Some(c) => self.machine.on_completion(&c, &self.records),
+                Some(c) => {
+                    self.keepalive.on_completion(&c);
+                    self.machine.on_completion(&c, &self.records)
+                }
                 None => break,
             }
         }

@@ -2,7 +2,7 @@
 
 use super::error::Result;
 use super::mr::MrHandle;
-use super::path::Path;
+use super::path::{Keepalive, Path};
 use crate::fabric::{MemoryRegion, SendOp, SendWr, Sge};
 use crate::transport::data::layout::{SharedWords, RECORD_BYTES, RECORD_WORDS};
 use crate::transport::data::send::{SendArgs, SendBatch, SendSide};
@@ -19,6 +19,7 @@ pub struct SendComm {
     pub(crate) peer_records: RemoteBuf,
     pub(crate) machine: SendSide,
     pub(crate) max_poll: usize,
+    pub(crate) keepalive: Keepalive,
     /// Keeps the device (PD) alive until the registrations above are gone.
     pub(crate) _hold: crate::engine::Lease,
 }
@@ -47,9 +48,23 @@ impl SendComm {
             lkey,
         };
         match self.machine.isend(&self.fifo, args)? {
-            None => Ok(None),
-            Some((id, None)) => Ok(Some(id)),
+            None => {
+                // No receive posted yet: make sure the peer is still there.
+                if let Err(e) = self.keepalive.waiting(&*self.path.qp, self.peer_records) {
+                    self.machine.fail(ProtoError::Failed {
+                        status: crate::fabric::WcStatus::LocQpOpErr,
+                        what: "posting a keep-alive probe",
+                    });
+                    return Err(e.into());
+                }
+                Ok(None)
+            }
+            Some((id, None)) => {
+                self.keepalive.progress();
+                Ok(Some(id))
+            }
             Some((id, Some(batch))) => {
+                self.keepalive.progress();
                 self.post(&batch)?;
                 Ok(Some(id))
             }
@@ -108,7 +123,10 @@ impl SendComm {
     fn drain(&mut self) {
         for _ in 0..self.max_poll {
             match self.path.route.inbox.pop() {
-                Some(c) => self.machine.on_completion(&c),
+                Some(c) => {
+                    self.keepalive.on_completion(&c);
+                    self.machine.on_completion(&c)
+                }
                 None => break,
             }
         }

@@ -112,6 +112,7 @@ impl RecvSide {
             let what = match kind {
                 Some(WrKind::Cts) => "clear-to-send write",
                 Some(WrKind::Recv) => "receive",
+                Some(WrKind::Probe) => "keep-alive probe of the peer",
                 _ => "receive-side work request",
             };
             self.fail(ProtoError::Failed {

@@ -229,6 +229,7 @@ impl SendSide {
             let what = match kind {
                 Some(WrKind::Data) => "payload RDMA write",
                 Some(WrKind::Record) => "completion-record write",
+                Some(WrKind::Probe) => "keep-alive probe of the peer",
                 _ => "send work request",
             };
             self.fail(ProtoError::Failed {
