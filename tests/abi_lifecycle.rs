@@ -41,7 +41,10 @@ fn threads_start_with_the_first_comm_and_stop_with_the_last() {
         let mut sb = RegBuf::new(p, &send, pattern(round, 4096));
         let mut rb = RegBuf::new(p, &recv, vec![0; 4096]);
         let (sp, rp) = (sb.ptr(), rb.ptr());
-        let rr = p.irecv(&recv, &[rp], &[4096], &[0], &[rb.mr()]).unwrap().unwrap();
+        let rr = p
+            .irecv(&recv, &[rp], &[4096], &[0], &[rb.mr()])
+            .unwrap()
+            .unwrap();
         let sr = until_some(|| p.isend(&send, sp, 4096, 0, sb.mr()).unwrap());
         wait(p, &sr, &mut [0]).unwrap();
         wait(p, &rr, &mut [0]).unwrap();

@@ -3,9 +3,9 @@
 
 mod so;
 
-use so::*;
 use nccl_net_ha::abi::common::NCCL_REMOTE_ERROR;
 use nccl_net_ha::abi::loader::NcclError;
+use so::*;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -42,7 +42,12 @@ fn closed_receiver_fails_the_pending_send_within_the_retry_window() {
             }
         }
     };
-    assert_eq!(outcome, Err(NcclError(NCCL_REMOTE_ERROR)), "after {:?}", started.elapsed());
+    assert_eq!(
+        outcome,
+        Err(NcclError(NCCL_REMOTE_ERROR)),
+        "after {:?}",
+        started.elapsed()
+    );
     // Every later call on the connection fails too, and close works.
     assert!(p.isend(&send, sp, 8, 0, sb.mr()).is_err());
     sb.dereg(p, &send);

@@ -4,12 +4,12 @@
 
 mod so;
 
-use so::*;
 use nccl_net_ha::abi::common::{
     NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE, NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_CUDA,
     NCCL_REMOTE_ERROR, NCCL_SUCCESS,
 };
 use nccl_net_ha::abi::loader::NcclError;
+use so::*;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
@@ -17,7 +17,10 @@ use std::ptr;
 fn handshake_returns_null_until_both_sides_ran() {
     let p = plugin();
     let (send, recv, nulls) = connect_pair(p);
-    assert!(nulls >= 1, "connect must answer NULL before the acceptor ran");
+    assert!(
+        nulls >= 1,
+        "connect must answer NULL before the acceptor ran"
+    );
     p.close_send(send).unwrap();
     p.close_recv(recv).unwrap();
 }
@@ -51,7 +54,10 @@ fn exchange(sizes: &[usize]) {
         let mut sz = [-1];
         wait(p, &r, &mut sz).unwrap();
         assert_eq!(sz[0] as usize, n, "reported size of message {i}");
-        assert!(buf.data[..n] == pattern(i as u64, n), "bytes of message {i} ({n} B)");
+        assert!(
+            buf.data[..n] == pattern(i as u64, n),
+            "bytes of message {i} ({n} B)"
+        );
         assert!(buf.data[n..].iter().all(|&b| b == 0xee), "no byte past {n}");
     }
     sender.join().unwrap();
@@ -61,7 +67,18 @@ fn exchange(sizes: &[usize]) {
 
 #[test]
 fn sizes_from_zero_to_64_mib_arrive_intact() {
-    exchange(&[0, 1, 7, 8, 4095, 4096, 65537, 1 << 20, (16 << 20) + 3, 64 << 20]);
+    exchange(&[
+        0,
+        1,
+        7,
+        8,
+        4095,
+        4096,
+        65537,
+        1 << 20,
+        (16 << 20) + 3,
+        64 << 20,
+    ]);
 }
 
 #[test]
@@ -84,7 +101,8 @@ fn multi_recv_with_tags_in_shuffled_order() {
                     let ptr = bufs[i].ptr();
                     let tag = 100 + i as i32;
                     reqs.push(until_some(|| {
-                        p.isend(send, ptr, size(i) as i32, tag, bufs[i].mr()).unwrap()
+                        p.isend(send, ptr, size(i) as i32, tag, bufs[i].mr())
+                            .unwrap()
                     }));
                 }
                 for r in &reqs {
@@ -95,7 +113,9 @@ fn multi_recv_with_tags_in_shuffled_order() {
                 }
                 send_c
             });
-            let mut bufs: Vec<RegBuf> = (0..n).map(|_| RegBuf::new(p, &recv, vec![0; 9000])).collect();
+            let mut bufs: Vec<RegBuf> = (0..n)
+                .map(|_| RegBuf::new(p, &recv, vec![0; 9000]))
+                .collect();
             let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|b| b.ptr()).collect();
             let caps = vec![9000; n];
             let tags: Vec<i32> = (0..n).map(|i| 100 + i as i32).collect();
@@ -129,7 +149,11 @@ fn thirty_two_requests_in_flight_each_way() {
         let h = s.spawn(move || {
             let send_c = send;
             let send = &send_c;
-            let mut buf = RegBuf::new(p, send, (0..N).flat_map(|i| pattern(i as u64, SZ)).collect());
+            let mut buf = RegBuf::new(
+                p,
+                send,
+                (0..N).flat_map(|i| pattern(i as u64, SZ)).collect(),
+            );
             let base = buf.ptr();
             let reqs: Vec<_> = (0..N)
                 .map(|i| {
@@ -161,7 +185,10 @@ fn thirty_two_requests_in_flight_each_way() {
             assert_eq!(sz[0] as usize, SZ);
         }
         for i in 0..N {
-            assert!(buf.data[i * SZ..(i + 1) * SZ] == pattern(i as u64, SZ), "message {i}");
+            assert!(
+                buf.data[i * SZ..(i + 1) * SZ] == pattern(i as u64, SZ),
+                "message {i}"
+            );
         }
         buf.dereg(p, &recv);
         h.join().unwrap();
@@ -176,13 +203,19 @@ fn send_larger_than_receive_fails_both_requests_and_connection_survives() {
     let mut sbuf = RegBuf::new(p, &send, pattern(5, 64));
     let mut rbuf = RegBuf::new(p, &recv, vec![0xaa; 32]);
     let (sp, rp) = (sbuf.ptr(), rbuf.ptr());
-    let rr = p.irecv(&recv, &[rp], &[16], &[3], &[rbuf.mr()]).unwrap().unwrap();
+    let rr = p
+        .irecv(&recv, &[rp], &[16], &[3], &[rbuf.mr()])
+        .unwrap()
+        .unwrap();
     let sr = until_some(|| p.isend(&send, sp, 64, 3, sbuf.mr()).unwrap());
     assert_eq!(wait(p, &sr, &mut [0]), Err(NcclError(NCCL_INVALID_USAGE)));
     assert_eq!(wait(p, &rr, &mut [0]), Err(NcclError(NCCL_REMOTE_ERROR)));
     assert!(rbuf.data.iter().all(|&b| b == 0xaa), "nothing written");
     // Next exchange on the same connection works.
-    let rr = p.irecv(&recv, &[rp], &[32], &[3], &[rbuf.mr()]).unwrap().unwrap();
+    let rr = p
+        .irecv(&recv, &[rp], &[32], &[3], &[rbuf.mr()])
+        .unwrap()
+        .unwrap();
     let sr = until_some(|| p.isend(&send, sp, 32, 3, sbuf.mr()).unwrap());
     wait(p, &sr, &mut [0]).unwrap();
     let mut sz = [0];
@@ -214,27 +247,78 @@ fn null_and_forged_pointers_are_invalid_arguments() {
     // SAFETY (all calls below): the entry points are called with NULL or forged handles on
     // purpose; valid out-pointers are live locals; the plugin must reject without touching them.
     unsafe {
-        assert_eq!(rc(t.isend.unwrap()(ptr::null_mut(), buf.as_mut_ptr().cast(), 8, 0, ptr::null_mut(), &mut req)), inval);
-        assert_eq!(rc(t.isend.unwrap()(0x1234 as *mut c_void, buf.as_mut_ptr().cast(), 8, 0, ptr::null_mut(), &mut req)), inval);
-        assert_eq!(rc(t.test.unwrap()(ptr::null_mut(), &mut done, ptr::null_mut())), inval);
-        assert_eq!(rc(t.test.unwrap()(0xdead_beef as *mut c_void, &mut done, ptr::null_mut())), inval);
+        assert_eq!(
+            rc(t.isend.unwrap()(
+                ptr::null_mut(),
+                buf.as_mut_ptr().cast(),
+                8,
+                0,
+                ptr::null_mut(),
+                &mut req
+            )),
+            inval
+        );
+        assert_eq!(
+            rc(t.isend.unwrap()(
+                0x1234 as *mut c_void,
+                buf.as_mut_ptr().cast(),
+                8,
+                0,
+                ptr::null_mut(),
+                &mut req
+            )),
+            inval
+        );
+        assert_eq!(
+            rc(t.test.unwrap()(ptr::null_mut(), &mut done, ptr::null_mut())),
+            inval
+        );
+        assert_eq!(
+            rc(t.test.unwrap()(
+                0xdead_beef as *mut c_void,
+                &mut done,
+                ptr::null_mut()
+            )),
+            inval
+        );
         assert_eq!(rc(t.close_send.unwrap()(ptr::null_mut())), inval);
         assert_eq!(rc(t.close_recv.unwrap()(0x42 as *mut c_void)), inval);
         assert_eq!(rc(t.close_listen.unwrap()(ptr::null_mut())), inval);
         assert_eq!(rc(t.devices.unwrap()(ptr::null_mut())), inval);
         assert_eq!(rc(t.get_properties.unwrap()(0, ptr::null_mut())), inval);
-        assert_eq!(rc(t.get_properties.unwrap()(99, &mut std::mem::zeroed())), inval);
+        assert_eq!(
+            rc(t.get_properties.unwrap()(99, &mut std::mem::zeroed())),
+            inval
+        );
         assert_eq!(rc(t.listen.unwrap()(0, ptr::null_mut(), &mut req)), inval);
     }
     // A real comm of the wrong kind.
     let (send, recv, _) = connect_pair(p);
     let mut rb = RegBuf::new(p, &recv, vec![0; 8]);
     // SAFETY: a recv comm passed where a send comm is expected; out-pointer valid.
-    let r = unsafe { t.isend.unwrap()(recv.as_ptr(), rb.ptr().cast(), 8, 0, rb.mr().as_ptr(), &mut req) };
+    let r = unsafe {
+        t.isend.unwrap()(
+            recv.as_ptr(),
+            rb.ptr().cast(),
+            8,
+            0,
+            rb.mr().as_ptr(),
+            &mut req,
+        )
+    };
     assert_eq!(rc(r), inval);
     // NULL request out-pointer.
     // SAFETY: valid comm and memory handle, NULL request pointer on purpose.
-    let r = unsafe { t.isend.unwrap()(send.as_ptr(), rb.ptr().cast(), 8, 0, rb.mr().as_ptr(), ptr::null_mut()) };
+    let r = unsafe {
+        t.isend.unwrap()(
+            send.as_ptr(),
+            rb.ptr().cast(),
+            8,
+            0,
+            rb.mr().as_ptr(),
+            ptr::null_mut(),
+        )
+    };
     assert_eq!(rc(r), inval);
     rb.dereg(p, &recv);
     p.close_send(send).unwrap();
@@ -251,14 +335,29 @@ fn bad_sizes_and_counts_are_invalid_arguments() {
     let rp = rb.ptr();
     let nine = vec![rp; 9];
     let mrs = vec![rb.mr(); 9];
-    assert_eq!(p.irecv(&recv, &nine, &[8; 9], &[0; 9], &mrs).map(|_| ()), inval);
-    assert_eq!(p.irecv(&recv, &[rp], &[-1], &[0], &[rb.mr()]).map(|_| ()), inval);
+    assert_eq!(
+        p.irecv(&recv, &nine, &[8; 9], &[0; 9], &mrs).map(|_| ()),
+        inval
+    );
+    assert_eq!(
+        p.irecv(&recv, &[rp], &[-1], &[0], &[rb.mr()]).map(|_| ()),
+        inval
+    );
     assert_eq!(p.isend(&send, sb.ptr(), -5, 0, sb.mr()).map(|_| ()), inval);
-    assert_eq!(p.reg_mr(&send, sb.ptr(), 0, NCCL_PTR_HOST).map(|_| ()), inval);
-    assert_eq!(p.reg_mr(&send, sb.ptr(), 8, NCCL_PTR_CUDA).map(|_| ()), inval);
+    assert_eq!(
+        p.reg_mr(&send, sb.ptr(), 0, NCCL_PTR_HOST).map(|_| ()),
+        inval
+    );
+    assert_eq!(
+        p.reg_mr(&send, sb.ptr(), 8, NCCL_PTR_CUDA).map(|_| ()),
+        inval
+    );
     // A send outside its registration.
     let far = sb.ptr().wrapping_add(60);
-    assert_eq!(p.isend(&send, far, 8, 0, sb.mr()).map(|_| ()), Err(NcclError(NCCL_INVALID_USAGE)));
+    assert_eq!(
+        p.isend(&send, far, 8, 0, sb.mr()).map(|_| ()),
+        Err(NcclError(NCCL_INVALID_USAGE))
+    );
     rb.dereg(p, &recv);
     sb.dereg(p, &send);
     p.close_send(send).unwrap();
@@ -271,12 +370,21 @@ fn bad_handles_are_rejected_by_connect() {
     let (good, listen) = p.listen(0).unwrap();
     let mut wrong_magic = good;
     wrong_magic[0] ^= 0xff;
-    assert_eq!(p.connect(0, &mut wrong_magic).map(|_| ()), Err(NcclError(NCCL_INVALID_ARGUMENT)));
+    assert_eq!(
+        p.connect(0, &mut wrong_magic).map(|_| ()),
+        Err(NcclError(NCCL_INVALID_ARGUMENT))
+    );
     let mut truncated = [0u8; NCCL_NET_HANDLE_MAXSIZE];
     truncated[..20].copy_from_slice(&good[..20]);
-    assert_eq!(p.connect(0, &mut truncated).map(|_| ()), Err(NcclError(NCCL_INVALID_ARGUMENT)));
+    assert_eq!(
+        p.connect(0, &mut truncated).map(|_| ()),
+        Err(NcclError(NCCL_INVALID_ARGUMENT))
+    );
     let mut bad_dev = good;
-    assert_eq!(p.connect(7, &mut bad_dev).map(|_| ()), Err(NcclError(NCCL_INVALID_ARGUMENT)));
+    assert_eq!(
+        p.connect(7, &mut bad_dev).map(|_| ()),
+        Err(NcclError(NCCL_INVALID_ARGUMENT))
+    );
     // A wrong token is refused by the listener, which stays usable.
     // A well-formed handle whose token (bytes 8..16) differs: re-sealed with its checksum.
     let mut forged = good;
@@ -324,14 +432,23 @@ fn double_close_and_double_dereg_are_invalid_usage() {
     sb.dereg(p, &send);
     // SAFETY: deliberately stale handles; the plugin must detect them.
     unsafe {
-        assert_eq!(rc(t.dereg_mr.unwrap()(sp, mr)), Err(NcclError(NCCL_INVALID_USAGE)));
+        assert_eq!(
+            rc(t.dereg_mr.unwrap()(sp, mr)),
+            Err(NcclError(NCCL_INVALID_USAGE))
+        );
     }
     p.close_send(send).unwrap();
     p.close_recv(recv).unwrap();
     // SAFETY: as above.
     unsafe {
-        assert_eq!(rc(t.close_send.unwrap()(sp)), Err(NcclError(NCCL_INVALID_USAGE)));
-        assert_eq!(rc(t.close_recv.unwrap()(rp)), Err(NcclError(NCCL_INVALID_USAGE)));
+        assert_eq!(
+            rc(t.close_send.unwrap()(sp)),
+            Err(NcclError(NCCL_INVALID_USAGE))
+        );
+        assert_eq!(
+            rc(t.close_recv.unwrap()(rp)),
+            Err(NcclError(NCCL_INVALID_USAGE))
+        );
     }
 }
 
@@ -342,7 +459,10 @@ fn testing_a_completed_request_is_invalid_usage() {
     let mut sb = RegBuf::new(p, &send, vec![1; 8]);
     let mut rb = RegBuf::new(p, &recv, vec![0; 8]);
     let (spp, rpp) = (sb.ptr(), rb.ptr());
-    let rr = p.irecv(&recv, &[rpp], &[8], &[0], &[rb.mr()]).unwrap().unwrap();
+    let rr = p
+        .irecv(&recv, &[rpp], &[8], &[0], &[rb.mr()])
+        .unwrap()
+        .unwrap();
     let sr = until_some(|| p.isend(&send, spp, 8, 0, sb.mr()).unwrap());
     wait(p, &sr, &mut [0]).unwrap();
     wait(p, &rr, &mut [0]).unwrap();

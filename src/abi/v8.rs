@@ -229,7 +229,9 @@ unsafe extern "C" fn reg_mr_dma_buf(
 }
 
 unsafe extern "C" fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> NcclResult {
-    code(guard("deregMr", || ops::dereg_mr(token(comm), token(mhandle))))
+    code(guard("deregMr", || {
+        ops::dereg_mr(token(comm), token(mhandle))
+    }))
 }
 
 unsafe extern "C" fn isend(

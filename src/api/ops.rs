@@ -71,18 +71,12 @@ pub fn listen(dev: i32, handle: &mut [u8; HANDLE_SIZE]) -> ApiResult<u64> {
 pub fn connect(dev: i32, h: &mut [u8; HANDLE_SIZE]) -> ApiResult<u64> {
     let d = device(dev)?;
     let p = state::get()?;
-    let ch = ConnectHandle::decode(h)
-        .map_err(|e| ApiError::arg(format!("bad connect handle: {e}")))?;
+    let ch =
+        ConnectHandle::decode(h).map_err(|e| ApiError::arg(format!("bad connect handle: {e}")))?;
     let mut token = handle::scratch(h);
     if token == 0 {
-        let pc = PendingConnect::start(
-            &p.engine,
-            d,
-            &ch,
-            max_poll()?,
-            hs_timeout()?,
-            keepalive()?,
-        )?;
+        let pc =
+            PendingConnect::start(&p.engine, d, &ch, max_poll()?, hs_timeout()?, keepalive()?)?;
         token = p.connects.insert(pc)?;
         handle::set_scratch(h, token);
     }
@@ -142,7 +136,9 @@ pub fn reg_mr(comm: u64, addr: usize, size: usize, ptr_type: i32) -> ApiResult<u
         return Err(ApiError::arg("regMr of 0 bytes"));
     }
     if addr == 0 || addr.checked_add(size).is_none() {
-        return Err(ApiError::arg(format!("regMr of bad range {addr:#x}+{size}")));
+        return Err(ApiError::arg(format!(
+            "regMr of bad range {addr:#x}+{size}"
+        )));
     }
     let handle = MrHandle::register(&dev, addr, size)?;
     state::get()?.mrs.insert(MrEntry { handle })

@@ -71,9 +71,8 @@ fn build() -> ApiResult<Plugin> {
             };
             let mut rails = Vec::new();
             for s in &specs {
-                let (name, ip) = netif::resolve_rail(s, &ifs).map_err(|e| {
-                    ApiError::arg(format!("HA_NCCL_SOCK_RAILS: rail {s:?}: {e}"))
-                })?;
+                let (name, ip) = netif::resolve_rail(s, &ifs)
+                    .map_err(|e| ApiError::arg(format!("HA_NCCL_SOCK_RAILS: rail {s:?}: {e}")))?;
                 rails.push(SockRail { name, ip });
             }
             Arc::new(
@@ -88,9 +87,7 @@ fn build() -> ApiResult<Plugin> {
         FabricKind::Verbs => crate::fabric::verbs::open(&Default::default()).map_err(|e| {
             ApiError::new(
                 Code::SystemError,
-                format!(
-                    "HA_NCCL_FABRIC=verbs: {e}. On hosts without RDMA set HA_NCCL_FABRIC=sock"
-                ),
+                format!("HA_NCCL_FABRIC=verbs: {e}. On hosts without RDMA set HA_NCCL_FABRIC=sock"),
             )
         })?,
     };

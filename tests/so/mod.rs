@@ -14,7 +14,11 @@ pub fn so_path() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
     let so = dir.join("libnccl_net_ha.so");
-    assert!(so.exists(), "{} missing: run `cargo build` first", so.display());
+    assert!(
+        so.exists(),
+        "{} missing: run `cargo build` first",
+        so.display()
+    );
     so
 }
 
@@ -59,7 +63,11 @@ pub fn connect_pair(p: &PluginV8) -> (Comm, Comm, usize) {
 }
 
 /// Poll `test` until done (or error), with a deadline.
-pub fn wait(p: &PluginV8, r: &Request, sizes: &mut [i32]) -> Result<(), nccl_net_ha::abi::loader::NcclError> {
+pub fn wait(
+    p: &PluginV8,
+    r: &Request,
+    sizes: &mut [i32],
+) -> Result<(), nccl_net_ha::abi::loader::NcclError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if p.test(r, sizes)? {

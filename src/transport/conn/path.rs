@@ -3,9 +3,7 @@
 //! nothing is placed in memory once the connection's buffers start being freed.
 
 use crate::engine::{Lease, Route};
-use crate::fabric::{
-    Access, MemoryRegion, QpCaps, QueuePair, Result as FabricResult,
-};
+use crate::fabric::{Access, MemoryRegion, QpCaps, QueuePair, Result as FabricResult};
 use crate::transport::data::layout::SharedWords;
 
 /// Work-request budget per queue pair: 32 receives × 8 buffers of payload writes plus the

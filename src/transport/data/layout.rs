@@ -78,11 +78,7 @@ pub fn encode_cts(entries: &[CtsEntry], seq: u64) -> [u64; CTS_SLOT_WORDS] {
 
 /// Read slot `slot` of a CTS FIFO if it carries `seq`; `None` if not posted yet.
 /// A slot with an impossible entry count is reported as `Err(nreqs)`.
-pub fn read_cts(
-    fifo: &SharedWords,
-    slot: usize,
-    seq: u64,
-) -> Result<Option<Vec<CtsEntry>>, u64> {
+pub fn read_cts(fifo: &SharedWords, slot: usize, seq: u64) -> Result<Option<Vec<CtsEntry>>, u64> {
     let base = slot * CTS_SLOT_WORDS;
     if fifo.load_acquire(base + CTS_SLOT_WORDS - 1) != seq {
         return Ok(None);

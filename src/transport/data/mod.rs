@@ -45,7 +45,10 @@ pub enum ProtoError {
     #[error("completion record {what}: the peer's record is corrupted")]
     CorruptRecord { what: &'static str },
     #[error("{what} failed with completion status {status:?}")]
-    Failed { status: WcStatus, what: &'static str },
+    Failed {
+        status: WcStatus,
+        what: &'static str,
+    },
     #[error("unknown or already completed request")]
     BadRequest,
 }

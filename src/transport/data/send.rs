@@ -158,7 +158,8 @@ impl SendSide {
             }
         }
         let m = self.cur.as_mut().expect("matching slot");
-        let Some(i) = (0..m.entries.len()).find(|&i| m.entries[i].tag == a.tag && m.matched[i].is_none())
+        let Some(i) =
+            (0..m.entries.len()).find(|&i| m.entries[i].tag == a.tag && m.matched[i].is_none())
         else {
             return Err(ProtoError::TagMismatch(a.tag));
         };
