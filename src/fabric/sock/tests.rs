@@ -148,23 +148,15 @@ impl Buf {
     }
 }
 
-fn wr(
-    wr_id: u64,
-    op: SendOp,
-    src: &Buf,
-    off: usize,
-    len: usize,
-    lkey: u32,
-    raddr: usize,
-    rkey: u32,
-) -> SendWr {
+/// A send WR: `local` = (buffer, offset, length, lkey).
+fn wr(wr_id: u64, op: SendOp, local: (&Buf, usize, usize, u32), raddr: usize, rkey: u32) -> SendWr {
     SendWr {
         wr_id,
         op,
         local: Sge {
-            addr: src.addr() + off,
-            len,
-            lkey,
+            addr: local.0.addr() + local.1,
+            len: local.2,
+            lkey: local.3,
         },
         remote_addr: raddr as u64,
         rkey,
@@ -273,10 +265,7 @@ fn write_bytes_verified_0_1_4k_64m() {
         let w = wr(
             i as u64,
             SendOp::Write,
-            &src,
-            0,
-            n,
-            ms.keys().lkey,
+            (&src, 0, n, ms.keys().lkey),
             dst.addr() + off,
             md.keys().rkey,
         );
@@ -322,10 +311,7 @@ fn multi_segment_writes_and_reads() {
         let w = wr(
             i as u64,
             SendOp::Write,
-            &src,
-            soff,
-            n,
-            ms.keys().lkey,
+            (&src, soff, n, ms.keys().lkey),
             dst.addr() + (1 << 20) * i + doff,
             md.keys().rkey,
         );
@@ -343,10 +329,7 @@ fn multi_segment_writes_and_reads() {
     let r = wr(
         9,
         SendOp::Read,
-        &back,
-        1,
-        (1 << 20) + 13,
-        mb.keys().lkey,
+        (&back, 1, (1 << 20) + 13, mb.keys().lkey),
         dst.addr(),
         md.keys().rkey,
     );
@@ -374,10 +357,7 @@ fn read_bytes_verified() {
         let r = wr(
             i as u64,
             SendOp::Read,
-            &local,
-            off,
-            n,
-            ml.keys().lkey,
+            (&local, off, n, ml.keys().lkey),
             remote.addr() + 11,
             mr.keys().rkey,
         );
@@ -409,10 +389,7 @@ fn write_with_imm_after_earlier_writes() {
             let mut w = wr(
                 i,
                 SendOp::Write,
-                &src,
-                (i as usize) << 20,
-                1 << 20,
-                ms.keys().lkey,
+                (&src, (i as usize) << 20, 1 << 20, ms.keys().lkey),
                 dst.addr() + ((i as usize) << 20),
                 md.keys().rkey,
             );
@@ -423,15 +400,12 @@ fn write_with_imm_after_earlier_writes() {
     wrs.push(wr(
         3,
         SendOp::WriteWithImm(0xabcd_0123),
-        &src,
-        3 << 20,
-        4096,
-        ms.keys().lkey,
+        (&src, 3 << 20, 4096, ms.keys().lkey),
         dst.addr() + (3 << 20),
         md.keys().rkey,
     ));
     // Zero-length WRITE_WITH_IMM: no key needed.
-    wrs.push(wr(4, SendOp::WriteWithImm(7), &src, 0, 0, 0, 0, 0));
+    wrs.push(wr(4, SendOp::WriteWithImm(7), (&src, 0, 0, 0), 0, 0));
     a.qp.post_send(&wrs).unwrap();
     let rc = b.wait(2);
     assert_eq!(
@@ -485,10 +459,7 @@ fn many_wrs_complete_in_posting_order() {
         let mut w = wr(
             i,
             op,
-            lbuf,
-            off,
-            100,
-            lkey,
+            (lbuf, off, 100, lkey),
             dst.addr() + off,
             md.keys().rkey,
         );
@@ -537,21 +508,15 @@ fn remote_violation(
     let w0 = wr(
         0,
         SendOp::Write,
-        &src,
-        0,
-        64,
-        ms.keys().lkey,
+        (&src, 0, 64, ms.keys().lkey),
         ok_dst.addr(),
         mok.keys().rkey,
     );
-    let w1 = wr(1, op, &src, 0, 4096, ms.keys().lkey, raddr, rkey);
+    let w1 = wr(1, op, (&src, 0, 4096, ms.keys().lkey), raddr, rkey);
     let w2 = wr(
         2,
         SendOp::Write,
-        &src,
-        0,
-        64,
-        ms.keys().lkey,
+        (&src, 0, 64, ms.keys().lkey),
         ok_dst.addr(),
         mok.keys().rkey,
     );
@@ -630,10 +595,7 @@ fn remote_key_of_other_pd_or_deregistered() {
     let w = wr(
         0,
         SendOp::Write,
-        &src,
-        0,
-        64,
-        ms.keys().lkey,
+        (&src, 0, 64, ms.keys().lkey),
         dst.addr(),
         in_a.keys().rkey,
     );
@@ -650,10 +612,7 @@ fn remote_key_of_other_pd_or_deregistered() {
     let w = wr(
         0,
         SendOp::Write,
-        &src,
-        0,
-        64,
-        ms.keys().lkey,
+        (&src, 0, 64, ms.keys().lkey),
         dst.addr(),
         rkey,
     );
@@ -674,10 +633,7 @@ fn bad_lkey_is_local_protection_error() {
         wr(
             id,
             SendOp::Write,
-            &src,
-            0,
-            64,
-            ms.keys().lkey,
+            (&src, 0, 64, ms.keys().lkey),
             dst.addr(),
             md.keys().rkey,
         )
@@ -685,10 +641,7 @@ fn bad_lkey_is_local_protection_error() {
     let bad = wr(
         1,
         SendOp::Write,
-        &src,
-        0,
-        64,
-        ms.keys().lkey + 1000,
+        (&src, 0, 64, ms.keys().lkey + 1000),
         dst.addr(),
         md.keys().rkey,
     );
@@ -717,10 +670,7 @@ fn bad_lkey_is_local_protection_error() {
     let past = wr(
         0,
         SendOp::Write,
-        &src,
-        1,
-        4096,
-        ms.keys().lkey,
+        (&src, 1, 4096, ms.keys().lkey),
         dst.addr(),
         md.keys().rkey,
     );
@@ -732,10 +682,7 @@ fn bad_lkey_is_local_protection_error() {
     let rd = wr(
         0,
         SendOp::Read,
-        &src,
-        0,
-        16,
-        ms.keys().lkey,
+        (&src, 0, 16, ms.keys().lkey),
         dst.addr(),
         md.keys().rkey,
     );
@@ -777,7 +724,7 @@ fn to_err_flushes_sends_and_recvs_in_order() {
     a.qp.post_recv(102).unwrap();
     let wrs: Vec<SendWr> = (0..7)
         .map(|i| {
-            let mut w = wr(i, SendOp::Write, &src, 0, 4096, ms.keys().lkey, 0x1000, 5);
+            let mut w = wr(i, SendOp::Write, (&src, 0, 4096, ms.keys().lkey), 0x1000, 5);
             w.signaled = i % 2 == 0;
             w
         })
@@ -810,7 +757,7 @@ fn posting_in_wrong_state_and_queue_limits() {
     let a = side(&f, caps);
     let src = Buf::new(64, 0);
     let ms = a.reg(&src, Access::LOCAL_WRITE);
-    let w = |id| wr(id, SendOp::Write, &src, 0, 8, ms.keys().lkey, 0x1000, 5);
+    let w = |id| wr(id, SendOp::Write, (&src, 0, 8, ms.keys().lkey), 0x1000, 5);
     let bad_state = |r: Result<()>, st: QpState| match r {
         Err(FabricError::BadState { state, .. }) => assert_eq!(state, st),
         other => panic!("expected BadState({st:?}), got {other:?}"),
@@ -869,8 +816,8 @@ fn retry_exceeded_against_silent_peer() {
     let ms = a.reg(&src, Access::LOCAL_WRITE);
     let t0 = Instant::now();
     a.qp.post_send(&[
-        wr(0, SendOp::Write, &src, 0, 4096, ms.keys().lkey, 0x1000, 5),
-        wr(1, SendOp::Read, &src, 0, 0, 0, 0x1000, 5),
+        wr(0, SendOp::Write, (&src, 0, 4096, ms.keys().lkey), 0x1000, 5),
+        wr(1, SendOp::Read, (&src, 0, 0, 0), 0x1000, 5),
     ])
     .unwrap();
     let c = a.wait(2);
@@ -898,8 +845,14 @@ fn retry_exceeded_when_nothing_listens() {
     let a = lone_rts(&f, CAPS, &ep);
     let src = Buf::new(64, 1);
     let ms = a.reg(&src, Access::LOCAL_WRITE);
-    a.qp.post_send(&[wr(7, SendOp::Write, &src, 0, 8, ms.keys().lkey, 0x1000, 5)])
-        .unwrap();
+    a.qp.post_send(&[wr(
+        7,
+        SendOp::Write,
+        (&src, 0, 8, ms.keys().lkey),
+        0x1000,
+        5,
+    )])
+    .unwrap();
     let c = a.wait(1);
     let dt = t0.elapsed();
     assert_eq!(statuses(&c), vec![(7, WcStatus::RetryExcErr)]);
@@ -921,10 +874,7 @@ fn peer_qp_dropped_fails_next_wr_at_once() {
         wr(
             id,
             SendOp::Write,
-            &src,
-            0,
-            64,
-            ms.keys().lkey,
+            (&src, 0, 64, ms.keys().lkey),
             dst.addr(),
             md.keys().rkey,
         )
@@ -947,7 +897,7 @@ fn peer_qp_dropped_fails_next_wr_at_once() {
 #[test]
 fn rnr_waits_for_a_receive_with_keepalives() {
     let _l = TEST_LOCK.read();
-    let retry = Duration::from_millis(300);
+    let retry = Duration::from_millis(500);
     let (_f, a, b) = pair(retry, 1 << 20);
     let src = Buf::new(64, 1);
     let dst = Buf::new(64, 0);
@@ -956,10 +906,7 @@ fn rnr_waits_for_a_receive_with_keepalives() {
     a.qp.post_send(&[wr(
         0,
         SendOp::WriteWithImm(5),
-        &src,
-        0,
-        64,
-        ms.keys().lkey,
+        (&src, 0, 64, ms.keys().lkey),
         dst.addr(),
         md.keys().rkey,
     )])
@@ -1039,8 +986,8 @@ fn garbage_on_reply_stream_fails_the_requester() {
     let src = Buf::new(64, 1);
     let ms = a.reg(&src, Access::LOCAL_WRITE);
     a.qp.post_send(&[
-        wr(0, SendOp::Write, &src, 0, 64, ms.keys().lkey, 0x1000, 5),
-        wr(1, SendOp::Write, &src, 0, 64, ms.keys().lkey, 0x1000, 5),
+        wr(0, SendOp::Write, (&src, 0, 64, ms.keys().lkey), 0x1000, 5),
+        wr(1, SendOp::Write, (&src, 0, 64, ms.keys().lkey), 0x1000, 5),
     ])
     .unwrap();
     assert_eq!(
@@ -1065,10 +1012,7 @@ fn hello_with_wrong_nonce_is_refused() {
                 .post_send(&[wr(
                     0,
                     SendOp::Write,
-                    &src,
-                    0,
-                    64,
-                    ms.keys().lkey,
+                    (&src, 0, 64, ms.keys().lkey),
                     dst.addr(),
                     md.keys().rkey,
                 )])
@@ -1108,10 +1052,7 @@ fn fence_nothing_placed_after_to_err() {
             wr(
                 i,
                 SendOp::Write,
-                &src,
-                0,
-                N,
-                ms.keys().lkey,
+                (&src, 0, N, ms.keys().lkey),
                 dst.addr(),
                 md.keys().rkey,
             )
@@ -1161,37 +1102,36 @@ fn threads_and_fds_return_to_baseline() {
             wr(
                 0,
                 SendOp::Write,
-                &src,
-                0,
-                1 << 20,
-                ms.keys().lkey,
+                (&src, 0, 1 << 20, ms.keys().lkey),
                 dst.addr(),
                 md.keys().rkey,
             ),
             wr(
                 1,
                 SendOp::Read,
-                &src,
-                0,
-                4096,
-                ms.keys().lkey,
+                (&src, 0, 4096, ms.keys().lkey),
                 dst.addr(),
                 md.keys().rkey,
             ),
         ])
         .unwrap();
         assert_eq!(a.wait(2).len(), 2);
-        b.qp.post_recv(3).unwrap();
-        // A queue pair stuck connecting, one in RNR wait, one never started.
+        // b's responder now waits for a receive (RNR) when everything is dropped.
+        a.qp.post_send(&[wr(
+            2,
+            SendOp::WriteWithImm(1),
+            (&src, 0, 8, ms.keys().lkey),
+            dst.addr(),
+            md.keys().rkey,
+        )])
+        .unwrap();
+        // A queue pair talking to a silent peer, and one never started.
         let (_peer, ep) = silent_peer();
         let c = lone_rts(&f, CAPS, &ep);
         c.qp.post_send(&[wr(
             0,
             SendOp::Write,
-            &src,
-            0,
-            8,
-            c.reg(&src, Access::ALL).keys().lkey,
+            (&src, 0, 8, c.reg(&src, Access::ALL).keys().lkey),
             0x1000,
             5,
         )])
@@ -1225,7 +1165,8 @@ fn threads_and_fds_return_to_baseline() {
 #[ignore]
 fn bench_write_64m_loopback() {
     let _l = TEST_LOCK.write();
-    let (_f, a, b) = pair(LONG, 1 << 20);
+    let seg = std::env::var("SOCK_BENCH_SEG").map_or(1 << 20, |v| v.parse().unwrap());
+    let (_f, a, b) = pair(LONG, seg);
     const N: usize = 64 << 20;
     let mut src = Buf::new(N, 0);
     src.pattern(1);
@@ -1236,10 +1177,7 @@ fn bench_write_64m_loopback() {
         wr(
             i,
             SendOp::Write,
-            &src,
-            0,
-            N,
-            ms.keys().lkey,
+            (&src, 0, N, ms.keys().lkey),
             dst.addr(),
             md.keys().rkey,
         )
@@ -1276,10 +1214,7 @@ fn bench_write_64m_loopback() {
             a.qp.post_send(&[wr(
                 posted,
                 SendOp::Write,
-                &src,
-                0,
-                4096,
-                ms.keys().lkey,
+                (&src, 0, 4096, ms.keys().lkey),
                 dst.addr(),
                 md.keys().rkey,
             )])
