@@ -76,9 +76,6 @@ fn setsockopt_int(
 /// Large buffers where allowed: `SO_*BUFFORCE` (root) pins 4 MiB; otherwise the kernel's
 /// autotuning is left alone (a plain `SO_*BUF` would cap it at `net.core.*mem_max`).
 fn big_buffers(fd: RawFd) {
-    if std::env::var_os("SOCK_NOFORCE").is_some() {
-        return;
-    }
     let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SOCK_BUF_BYTES);
     let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, SOCK_BUF_BYTES);
 }

@@ -2,7 +2,8 @@
 
 use super::*;
 
-/// Throughput: `cargo test --release --lib fabric::sock::tests::bench -- --ignored --nocapture`.
+/// Throughput: `cargo test --release --lib fabric::sock::tests::bench -- --ignored --nocapture`
+/// (`SOCK_BENCH_SEG=<bytes>` changes the segment size, default 1 MiB).
 #[test]
 #[ignore]
 fn bench_write_64m_loopback() {
@@ -46,6 +47,7 @@ fn bench_write_64m_loopback() {
             (iters as f64 * N as f64) / dt / 1e9
         );
     }
+    assert!(dst.bytes() == src.bytes());
     // Small messages: 4 KiB WRITEs, 128 in flight.
     let iters = 20000u64;
     let t0 = Instant::now();
