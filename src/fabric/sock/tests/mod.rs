@@ -18,7 +18,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
-/// Sock tests share `live_threads()`: the leak test takes this exclusively.
+/// Sock tests share `live_threads()`: the leak test takes this exclusively. Tests elsewhere
+/// in the crate that open sock PDs should hold it shared (`TEST_LOCK.read()`).
 pub(crate) static TEST_LOCK: RwLock<()> = RwLock::new(());
 
 pub(super) const LONG: Duration = Duration::from_secs(30);
