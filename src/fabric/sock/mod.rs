@@ -43,7 +43,7 @@ mod responder;
 pub mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::fabric::{DeviceInfo, Fabric, FabricError, LinkLayer, ProtectionDomain, Result};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

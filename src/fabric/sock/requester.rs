@@ -224,13 +224,17 @@ struct AckWatch<'a> {
 }
 
 impl Watch for AckWatch<'_> {
-    fn idle(&mut self, _idle: Duration, _mid_frame: bool) -> Result<(), Abort> {
+    fn idle(&mut self, idle: Duration, _mid_frame: bool) -> Result<(), Abort> {
         if self.qp.dead() {
             return Err(Abort::Stop);
         }
+        // Any byte from the responder (say, inside a large READ response segment) counts
+        // as a sign of life, like the frames that set `last_progress`.
+        let retry = self.qp.pd.tun.retry_timeout;
         let sq = self.qp.sq.lock();
-        if sq.wrs.front().is_some_and(|e| e.started)
-            && sq.last_progress.elapsed() > self.qp.pd.tun.retry_timeout
+        if idle > retry
+            && sq.wrs.front().is_some_and(|e| e.started)
+            && sq.last_progress.elapsed() > retry
         {
             return Err(Abort::Expired);
         }

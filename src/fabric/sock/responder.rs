@@ -25,7 +25,9 @@ const KEEPALIVE: Duration = Duration::from_millis(50);
 enum End {
     /// Stream closed or queue pair stopped: leave the queue pair as it is.
     Quiet,
-    /// The stream broke in the middle of a frame or request: the queue pair goes to ERR.
+    /// The stream broke or stalled in the middle of a frame or request: hang up on it.
+    /// The queue pair's state is left alone, as a verbs responder's would be (the peer's
+    /// requester, or our own on the other stream, reports the failure).
     Broken,
     /// Malformed traffic: the queue pair goes to ERR.
     Garbage(String),
@@ -104,7 +106,7 @@ pub fn run(qp: Arc<QpShared>, stream: TcpStream) {
         End::Broken => {
             if !qp.dead() {
                 tracing::debug!("sock: qp {} inbound stream broke mid-request", qp.qpn);
-                qp.fail(None);
+                net::shutdown(fd);
             }
         }
         End::Garbage(why) => {
