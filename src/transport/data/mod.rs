@@ -8,6 +8,8 @@ pub mod layout;
 pub mod recv;
 pub mod send;
 #[cfg(test)]
+mod failover_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::fabric::WcStatus;
@@ -91,6 +93,12 @@ impl<T> Slab<T> {
         s.0 = s.0.wrapping_add(1);
         s.1 = Some(v);
         Some(ReqId { index, gen: s.0 })
+    }
+    pub fn get(&self, id: ReqId) -> Option<&T> {
+        match self.slots.get(id.index as usize) {
+            Some((g, Some(v))) if *g == id.gen => Some(v),
+            _ => None,
+        }
     }
     pub fn get_mut(&mut self, id: ReqId) -> Option<&mut T> {
         match self.slots.get_mut(id.index as usize) {

@@ -53,7 +53,7 @@ fn recv_completion(seq: u64) -> Completion {
         status: WcStatus::Success,
         opcode: WcOpcode::RecvRdmaWithImm,
         byte_len: RECORD_BYTES as u32,
-        imm: Some(seq as u32),
+        imm: Some(data_imm(seq)),
     }
 }
 
