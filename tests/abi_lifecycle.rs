@@ -33,10 +33,11 @@ fn threads_start_with_the_first_comm_and_stop_with_the_last() {
     assert!(plugin_threads().is_empty(), "init alone starts no thread");
     for round in 0..3 {
         let (send, recv, _) = connect_pair(p);
-        let running = plugin_threads();
+        // A new thread names itself once it runs: wait for the name to show.
         assert!(
-            running.iter().any(|n| n == "ha-progress"),
-            "round {round}: progress thread runs: {running:?}"
+            eventually(|| plugin_threads().iter().any(|n| n == "ha-progress")),
+            "round {round}: progress thread runs: {:?}",
+            plugin_threads()
         );
         let mut sb = RegBuf::new(p, &send, pattern(round, 4096));
         let mut rb = RegBuf::new(p, &recv, vec![0; 4096]);

@@ -243,6 +243,8 @@ pub enum WrKind {
     Recv = 4,
     /// A zero-length keep-alive write probing the peer.
     Probe = 5,
+    /// A control message (switch handshake, re-arm).
+    Ctrl = 6,
 }
 
 const SEQ_MASK: u64 = (1 << 48) - 1;
@@ -259,6 +261,7 @@ pub fn decode_wr_id(id: u64) -> (Option<WrKind>, u64, u8) {
         3 => Some(WrKind::Record),
         4 => Some(WrKind::Recv),
         5 => Some(WrKind::Probe),
+        6 => Some(WrKind::Ctrl),
         _ => None,
     };
     (kind, id & SEQ_MASK, (id >> 48) as u8)
