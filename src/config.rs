@@ -797,7 +797,10 @@ mod tests {
             );
             checked += 1;
         }
-        let free_text = PARAMS.iter().filter(|p| matches!(p.kind, Kind::Str)).count();
+        let free_text = PARAMS
+            .iter()
+            .filter(|p| matches!(p.kind, Kind::Str))
+            .count();
         assert_eq!(checked + free_text, PARAMS.len());
     }
 

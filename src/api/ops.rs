@@ -59,8 +59,7 @@ pub fn connect(dev: i32, h: &mut [u8; HANDLE_SIZE]) -> ApiResult<u64> {
         ConnectHandle::decode(h).map_err(|e| ApiError::arg(format!("bad connect handle: {e}")))?;
     let mut token = handle::scratch(h);
     if token == 0 {
-        let pc =
-            PendingConnect::start(&p.engine, d, &ch, ha_cfg()?, &p.cfg.stats_file)?;
+        let pc = PendingConnect::start(&p.engine, d, &ch, ha_cfg()?, &p.cfg.stats_file)?;
         token = p.connects.insert(pc)?;
         handle::set_scratch(h, token);
     }

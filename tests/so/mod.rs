@@ -26,8 +26,12 @@ pub fn so_path() -> PathBuf {
 pub fn plugin_with(extra: &[(&str, &str)]) -> &'static PluginV8 {
     static P: OnceLock<PluginV8> = OnceLock::new();
     P.get_or_init(|| {
-        std::env::set_var("HA_NCCL_FABRIC", "sock");
-        std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+        // Defaults unless the environment (a drill's child process) says otherwise.
+        for (k, v) in [("HA_NCCL_FABRIC", "sock"), ("NCCL_SOCKET_IFNAME", "lo")] {
+            if std::env::var_os(k).is_none() {
+                std::env::set_var(k, v);
+            }
+        }
         for (k, v) in extra {
             std::env::set_var(k, v);
         }
@@ -125,5 +129,19 @@ impl RegBuf {
     }
     pub fn dereg(&mut self, p: &PluginV8, comm: &Comm) {
         p.dereg_mr(comm, self.mr.take().unwrap()).expect("deregMr");
+    }
+}
+
+/// Retry a fallible call that may answer "try later", returning its error.
+pub fn until_some_result<T>(
+    mut f: impl FnMut() -> Result<Option<T>, nccl_net_ha::abi::loader::NcclError>,
+) -> Result<T, nccl_net_ha::abi::loader::NcclError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = f()? {
+            return Ok(v);
+        }
+        assert!(Instant::now() < deadline, "call kept answering try-later");
+        std::thread::yield_now();
     }
 }

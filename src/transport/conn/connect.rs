@@ -67,10 +67,7 @@ impl PendingConnect {
                 source,
             })?;
             if let Some(p) = got {
-                self.half
-                    .as_mut()
-                    .expect("half")
-                    .connect(&p, &self.peer)?;
+                self.half.as_mut().expect("half").connect(&p, &self.peer)?;
                 self.peer_params = Some(p);
                 self.hs.local_ready();
                 let n = write_some(&mut self.stream, self.hs.transmit(), &self.peer)?;

@@ -41,11 +41,15 @@ pub fn parse_standby_map(map: &str, ndev: usize) -> Result<Vec<(usize, usize)>, 
                 .parse::<usize>()
                 .ok()
                 .filter(|&d| d < ndev)
-                .ok_or_else(|| format!("HA_NCCL_STANDBY_MAP: {v:?} in {pair:?} is not a device (0..{ndev})"))
+                .ok_or_else(|| {
+                    format!("HA_NCCL_STANDBY_MAP: {v:?} in {pair:?} is not a device (0..{ndev})")
+                })
         };
         let (a, b) = (parse(a)?, parse(b)?);
         if a == b {
-            return Err(format!("HA_NCCL_STANDBY_MAP: {pair:?} maps a device to itself"));
+            return Err(format!(
+                "HA_NCCL_STANDBY_MAP: {pair:?} maps a device to itself"
+            ));
         }
         out.push((a, b));
     }
@@ -103,11 +107,22 @@ mod tests {
             dev(Some("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"), e),
             dev(Some("/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0"), e),
             dev(Some("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.1"), e),
-            dev(Some("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.2"), LinkLayer::InfiniBand),
+            dev(
+                Some("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.2"),
+                LinkLayer::InfiniBand,
+            ),
         ];
-        assert_eq!(standby_for(0, &devs, &[]), Some(2), "same switch, same link layer");
+        assert_eq!(
+            standby_for(0, &devs, &[]),
+            Some(2),
+            "same switch, same link layer"
+        );
         assert_eq!(standby_for(2, &devs, &[]), Some(0));
-        assert_eq!(standby_for(1, &devs, &[]), Some(2), "no close one: next index");
+        assert_eq!(
+            standby_for(1, &devs, &[]),
+            Some(2),
+            "no close one: next index"
+        );
         assert_eq!(standby_for(3, &devs, &[]), None, "only IB device");
     }
 
@@ -122,7 +137,9 @@ mod tests {
         assert_eq!(standby_for(0, &devs, &map), Some(2));
         assert_eq!(standby_for(1, &devs, &map), Some(2));
         assert!(parse_standby_map("0:0", 3).is_err());
-        assert!(parse_standby_map("0:5", 3).unwrap_err().contains("not a device"));
+        assert!(parse_standby_map("0:5", 3)
+            .unwrap_err()
+            .contains("not a device"));
         assert!(parse_standby_map("01", 3).is_err());
     }
 }

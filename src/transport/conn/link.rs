@@ -14,8 +14,7 @@ use super::stats::{unix_ms, Stats};
 use crate::engine::Lease;
 use crate::fabric::{Completion, SendOp, SendWr, Sge, WcOpcode, WcStatus};
 use crate::transport::data::layout::{
-    ctrl_imm, ctrl_slot, decode_wr_id, wr_id, CtrlKind, CtrlMsg, WrKind, CTRL_WORDS,
-    MAILBOX_SLOTS,
+    ctrl_imm, ctrl_slot, decode_wr_id, wr_id, CtrlKind, CtrlMsg, WrKind, CTRL_WORDS, MAILBOX_SLOTS,
 };
 use crate::transport::data::ProtoError;
 use crate::transport::handshake::PathParams;
@@ -212,14 +211,18 @@ impl Link {
             }
             return Event::Nothing;
         };
-        let is_recv = c.opcode == WcOpcode::RecvRdmaWithImm
-            || decode_wr_id(c.wr_id).0 == Some(WrKind::Recv);
+        let is_recv =
+            c.opcode == WcOpcode::RecvRdmaWithImm || decode_wr_id(c.wr_id).0 == Some(WrKind::Recv);
         let kind = decode_wr_id(c.wr_id).0;
         let path = self.path_mut(i);
         let fenced = path.health == Health::Failed;
         if is_recv {
             if let Err(e) = path.on_recv_completion(&c) {
-                return self.path_error(i, WcStatus::LocQpOpErr, format!("re-posting receives: {e}"));
+                return self.path_error(
+                    i,
+                    WcStatus::LocQpOpErr,
+                    format!("re-posting receives: {e}"),
+                );
             }
         } else {
             path.on_send_completion(&c);
@@ -472,7 +475,10 @@ impl Link {
         });
         match started {
             Ok(p) => self.rearm = Some((d, p, now)),
-            Err(e) => tracing::info!("NET/HA : {}: re-arm of path {d} not started: {e}", self.name),
+            Err(e) => tracing::info!(
+                "NET/HA : {}: re-arm of path {d} not started: {e}",
+                self.name
+            ),
         }
     }
 

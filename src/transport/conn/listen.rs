@@ -4,9 +4,9 @@
 //! stays usable.
 
 use super::error::{Error, Result};
-use super::oob_io::{read_some, write_some};
 use super::ha::HaCfg;
 use super::link::Role;
+use super::oob_io::{read_some, write_some};
 use super::recv::RecvComm;
 use super::setup::Half;
 use crate::engine::Engine;

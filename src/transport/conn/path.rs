@@ -5,9 +5,7 @@
 //! Dropping a path fences its queue pair first.
 
 use crate::engine::{DeviceRes, Lease, Route};
-use crate::fabric::{
-    Completion, QpCaps, QueuePair, Result as FabricResult, SendOp, SendWr, Sge,
-};
+use crate::fabric::{Completion, QpCaps, QueuePair, Result as FabricResult, SendOp, SendWr, Sge};
 use crate::transport::data::layout::{decode_wr_id, wr_id, WrKind};
 use crate::transport::handshake::PathParams;
 use std::collections::VecDeque;
@@ -117,7 +115,11 @@ impl Path {
 
     /// Account a send-side completion (success or error).
     pub fn on_send_completion(&mut self, c: &Completion) {
-        if self.outstanding.front().is_some_and(|(id, _)| *id == c.wr_id) {
+        if self
+            .outstanding
+            .front()
+            .is_some_and(|(id, _)| *id == c.wr_id)
+        {
             self.outstanding.pop_front();
         } else if let Some(i) = self.outstanding.iter().position(|(id, _)| *id == c.wr_id) {
             // Completions are in order per queue pair; anything before it is gone too.

@@ -99,9 +99,11 @@ impl RecvComm {
             signaled: true,
         };
         if let Err(e) = p.post(&[wr]) {
-            let ev = self
-                .link
-                .path_error(path, WcStatus::LocQpOpErr, format!("posting a clear-to-send: {e}"));
+            let ev = self.link.path_error(
+                path,
+                WcStatus::LocQpOpErr,
+                format!("posting a clear-to-send: {e}"),
+            );
             self.on_event(ev);
         }
     }
@@ -153,9 +155,7 @@ impl RecvComm {
             return;
         };
         let f = f.clone();
-        let drained = self.link.paths[f.from]
-            .as_ref()
-            .is_none_or(|p| p.drained())
+        let drained = self.link.paths[f.from].as_ref().is_none_or(|p| p.drained())
             || f.since.elapsed() > self.link.cfg.drain_watchdog();
         if !drained {
             return;
@@ -170,10 +170,11 @@ impl RecvComm {
                 match self.slot_mrs[*slot].get(i).map(|m| m.keys_for(&dev)) {
                     Some(Ok(k)) => e.rkey = k.rkey,
                     _ => {
-                        self.machine.fail(crate::transport::data::ProtoError::Failed {
-                            status: WcStatus::LocProtErr,
-                            what: "registering a receive buffer on the new path",
-                        });
+                        self.machine
+                            .fail(crate::transport::data::ProtoError::Failed {
+                                status: WcStatus::LocProtErr,
+                                what: "registering a receive buffer on the new path",
+                            });
                         return;
                     }
                 }
@@ -189,9 +190,9 @@ impl RecvComm {
             endpoint: Vec::new(),
         };
         if let Err(e) = self.link.send_ctrl(f.to, &msg) {
-            let ev = self
-                .link
-                .path_error(f.to, WcStatus::LocQpOpErr, format!("switch message: {e}"));
+            let ev =
+                self.link
+                    .path_error(f.to, WcStatus::LocQpOpErr, format!("switch message: {e}"));
             self.on_event(ev);
             return;
         }
@@ -203,7 +204,12 @@ impl RecvComm {
     }
 
     pub fn devices(&self) -> Vec<Arc<crate::engine::DeviceRes>> {
-        self.link.paths.iter().flatten().map(|p| p.device().clone()).collect()
+        self.link
+            .paths
+            .iter()
+            .flatten()
+            .map(|p| p.device().clone())
+            .collect()
     }
 
     /// Completions dropped as duplicates.

@@ -176,9 +176,7 @@ impl SendComm {
             return;
         };
         let f = f.clone();
-        let drained = self.link.paths[f.from]
-            .as_ref()
-            .is_none_or(|p| p.drained())
+        let drained = self.link.paths[f.from].as_ref().is_none_or(|p| p.drained())
             || f.since.elapsed() > self.link.cfg.drain_watchdog();
         if !drained {
             return;
@@ -242,7 +240,12 @@ impl SendComm {
 
     /// Devices of the standby (for eager registration).
     pub fn devices(&self) -> Vec<Arc<crate::engine::DeviceRes>> {
-        self.link.paths.iter().flatten().map(|p| p.device().clone()).collect()
+        self.link
+            .paths
+            .iter()
+            .flatten()
+            .map(|p| p.device().clone())
+            .collect()
     }
 
     pub fn stats(&self) -> &super::stats::Stats {

@@ -20,7 +20,10 @@ pub struct Stats {
 
 impl Stats {
     pub fn to_json(&self, comm: &str, role: &str, devices: &[String]) -> String {
-        let devs: Vec<String> = devices.iter().map(|d| format!("\"{}\"", d.replace('"', ""))).collect();
+        let devs: Vec<String> = devices
+            .iter()
+            .map(|d| format!("\"{}\"", d.replace('"', "")))
+            .collect();
         format!(
             "{{\"comm\":\"{comm}\",\"role\":\"{role}\",\"devices\":[{}],\"bytes\":[{},{}],\"wrs\":[{},{}],\"failovers\":{},\"replays\":{},\"duplicates_dropped\":{},\"rearms\":{},\"last_failover_unix_ms\":{},\"last_failover_us\":{}}}",
             devs.join(","),

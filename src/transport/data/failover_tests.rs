@@ -19,10 +19,23 @@ const STANDBY_KEY: u32 = 2;
 
 #[derive(Clone, Debug)]
 enum Msg {
-    Cts { slot: usize, words: [u64; CTS_SLOT_WORDS] },
-    Data { addr: u64, rkey: u32, bytes: Vec<u8> },
-    Record { slot: usize, words: [u64; RECORD_WORDS], seq: u64 },
-    Ack { seq: u64 },
+    Cts {
+        slot: usize,
+        words: [u64; CTS_SLOT_WORDS],
+    },
+    Data {
+        addr: u64,
+        rkey: u32,
+        bytes: Vec<u8>,
+    },
+    Record {
+        slot: usize,
+        words: [u64; RECORD_WORDS],
+        seq: u64,
+    },
+    Ack {
+        seq: u64,
+    },
 }
 
 #[derive(Default)]
@@ -179,8 +192,10 @@ impl Sim {
         for w in &b.writes {
             let (k, i) = ((w.local_addr & 0xffff_ffff) >> 8, w.local_addr & 0xff);
             if w.lkey != self.key {
-                self.violations
-                    .push(format!("seq {} posted with lkey {} on path {}", b.seq, w.lkey, self.key));
+                self.violations.push(format!(
+                    "seq {} posted with lkey {} on path {}",
+                    b.seq, w.lkey, self.key
+                ));
             }
             let bytes = self.rounds[k as usize].msgs[i as usize][..w.len as usize].to_vec();
             self.wire.to_r.push_back(Msg::Data {
@@ -201,8 +216,10 @@ impl Sim {
         match m {
             Msg::Data { addr, rkey, bytes } => {
                 if rkey != self.key {
-                    self.violations
-                        .push(format!("write to {addr:#x} with key {rkey} on path {}", self.key));
+                    self.violations.push(format!(
+                        "write to {addr:#x} with key {rkey} on path {}",
+                        self.key
+                    ));
                     return;
                 }
                 if self.completed.contains(&addr) {
@@ -243,10 +260,12 @@ impl Sim {
             for (i, b) in round.bufs.iter().enumerate() {
                 let want = &round.msgs[i];
                 if sizes[i] != want.len() as u64 {
-                    self.violations.push(format!("round {k} buf {i}: size {}", sizes[i]));
+                    self.violations
+                        .push(format!("round {k} buf {i}: size {}", sizes[i]));
                 }
                 if &self.mem[&b.addr][..want.len()] != want.as_slice() {
-                    self.violations.push(format!("round {k} buf {i}: bytes differ"));
+                    self.violations
+                        .push(format!("round {k} buf {i}: bytes differ"));
                 }
                 self.completed.insert(b.addr);
             }

@@ -4,11 +4,11 @@
 //! the per-connection sequence number. The machines here decide *what* to post and *when* a
 //! request is done; drivers in `transport::conn` post it on a fabric.
 
+#[cfg(test)]
+mod failover_tests;
 pub mod layout;
 pub mod recv;
 pub mod send;
-#[cfg(test)]
-mod failover_tests;
 #[cfg(test)]
 mod tests;
 

@@ -3,8 +3,8 @@
 //! completion whose sequence number is not pending (already done) is dropped and counted.
 
 use super::layout::{
-    data_imm, decode_wr_id, encode_cts, read_record, wr_id, CtsEntry, SharedWords, WrKind, CTS_SLOT_WORDS,
-    FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
+    data_imm, decode_wr_id, encode_cts, read_record, wr_id, CtsEntry, SharedWords, WrKind,
+    CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
 };
 use super::{ProtoError, ReqId, Slab};
 use crate::fabric::{Completion, WcStatus};

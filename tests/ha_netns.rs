@@ -1,0 +1,538 @@
+//! Failover drills through the built `.so` on the `sock` fabric, with real link cuts: two
+//! network namespaces joined by two veth rails (+ one for the out-of-band channel); the two
+//! ranks run as child processes of this test, one per namespace, streaming verified messages;
+//! the test cuts the rail in use (`ip link set ... down`, near or far end) mid-stream,
+//! restores it, waits for the re-arm, then cuts the other rail. Every message must arrive
+//! exactly once, in order, byte-exact; both ranks must exit 0; the stats must show the
+//! failovers. Needs root and iproute2 — otherwise it says why and skips.
+//!
+//! `HA_DRILLS=N` sets the drills per end (default 3; CI runs the default, the long run is
+//! `HA_DRILLS=50 cargo test --release --test ha_netns`).
+
+mod so;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const MAX_MSG: usize = 512 << 10;
+const WINDOW: usize = 8;
+
+fn main() {
+    match std::env::var("HA_ROLE").as_deref() {
+        Ok("send") => std::process::exit(role_send()),
+        Ok("recv") => std::process::exit(role_recv()),
+        _ => {}
+    }
+    if let Err(why) = netns_available() {
+        println!("ha_netns: skipped: {why}");
+        println!("0 passed, 0 failed, 1 skipped");
+        return;
+    }
+    let per_end: usize = std::env::var("HA_DRILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let (mut passed, mut failed) = (0, 0);
+    let mut recoveries = Vec::new();
+    for i in 0..per_end * 2 {
+        let far = i % 2 == 1;
+        match drill(i, far) {
+            Ok(r) => {
+                println!(
+                    "drill {i}: cut rail0/{} -> failover ok ({} ms stall), re-arm ok, cut rail1 -> failover ok ({} ms stall), {} messages verified",
+                    if far { "far" } else { "near" },
+                    r.stall1_ms,
+                    r.stall2_ms,
+                    r.messages
+                );
+                recoveries.push(r.stall1_ms);
+                recoveries.push(r.stall2_ms);
+                passed += 1;
+            }
+            Err(e) => {
+                println!("drill {i}: FAILED: {e}");
+                failed += 1;
+            }
+        }
+    }
+    recoveries.sort_unstable();
+    if !recoveries.is_empty() {
+        let pct = |p: f64| recoveries[((recoveries.len() - 1) as f64 * p).round() as usize];
+        println!(
+            "recovery (longest completion gap around a cut): p50 {} ms, p99 {} ms, max {} ms over {} failovers",
+            pct(0.5),
+            pct(0.99),
+            recoveries.last().unwrap(),
+            recoveries.len()
+        );
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+fn netns_available() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root (network namespaces)".into());
+    }
+    let ok = Command::new("ip")
+        .args(["netns", "add", "hatprobe"])
+        .status()
+        .map_err(|e| format!("iproute2 `ip` not runnable: {e}"))?;
+    if !ok.success() {
+        return Err("`ip netns add` failed".into());
+    }
+    let _ = Command::new("ip")
+        .args(["netns", "del", "hatprobe"])
+        .status();
+    Ok(())
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Two namespaces, rails r0/r1 and the OOB link; removed on drop.
+struct Topo {
+    a: String,
+    b: String,
+}
+
+impl Topo {
+    fn up(tag: &str) -> Result<Topo, String> {
+        let t = Topo {
+            a: format!("ha{tag}a"),
+            b: format!("ha{tag}b"),
+        };
+        let _ = Command::new("ip").args(["netns", "del", &t.a]).output();
+        let _ = Command::new("ip").args(["netns", "del", &t.b]).output();
+        ip(&["netns", "add", &t.a])?;
+        ip(&["netns", "add", &t.b])?;
+        for (ns, _) in [(&t.a, 1), (&t.b, 2)] {
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        for (name, net) in [("r0", 0), ("r1", 1), ("oo", 9)] {
+            let (ea, eb) = (format!("{name}a"), format!("{name}b"));
+            ip(&[
+                "-n", &t.a, "link", "add", &ea, "type", "veth", "peer", "name", &eb, "netns", &t.b,
+            ])?;
+            ip(&[
+                "-n",
+                &t.a,
+                "addr",
+                "add",
+                &format!("10.88.{net}.1/24"),
+                "dev",
+                &ea,
+            ])?;
+            ip(&[
+                "-n",
+                &t.b,
+                "addr",
+                "add",
+                &format!("10.88.{net}.2/24"),
+                "dev",
+                &eb,
+            ])?;
+            ip(&["-n", &t.a, "link", "set", &ea, "up"])?;
+            ip(&["-n", &t.b, "link", "set", &eb, "up"])?;
+        }
+        Ok(t)
+    }
+
+    /// Set rail `r` (0/1) down or up at the near (a) or far (b) end.
+    fn link(&self, r: usize, far: bool, up: bool) -> Result<(), String> {
+        let (ns, dev) = if far {
+            (&self.b, format!("r{r}b"))
+        } else {
+            (&self.a, format!("r{r}a"))
+        };
+        ip(&[
+            "-n",
+            ns,
+            "link",
+            "set",
+            &dev,
+            if up { "up" } else { "down" },
+        ])
+    }
+}
+
+impl Drop for Topo {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.a]).output();
+        let _ = Command::new("ip").args(["netns", "del", &self.b]).output();
+    }
+}
+
+/// Wait (bounded) for a child to exit 0; killed if it does not exit.
+fn wait_exit(mut c: Child, who: &'static str) -> Result<(), String> {
+    let pid = c.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(c.wait());
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(st)) if st.success() => Ok(()),
+        Ok(Ok(st)) => Err(format!("{who} exited with {st}")),
+        Ok(Err(e)) => Err(format!("{who}: {e}")),
+        Err(_) => {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            Err(format!("{who} did not exit"))
+        }
+    }
+}
+
+struct DrillResult {
+    stall1_ms: u64,
+    stall2_ms: u64,
+    messages: u64,
+}
+
+/// Lines from a child's stdout and stderr, tagged.
+fn pump(child: &mut Child, tag: &'static str, tx: mpsc::Sender<(&'static str, String)>) {
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if tx.send((tag, line)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+fn spawn_role(ns: &str, role: &str, dir: &Path, rails: &str, oob: &str) -> Result<Child, String> {
+    let exe = std::env::current_exe().unwrap();
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(&exe)
+        .env("HA_ROLE", role)
+        .env("HA_DIR", dir)
+        .env("HA_NCCL_FABRIC", "sock")
+        .env("HA_NCCL_SOCK_RAILS", rails)
+        .env("NCCL_SOCKET_IFNAME", oob)
+        .env("HA_NCCL_SOCK_RETRY_MS", "300")
+        .env("HA_NCCL_RTO_MS", "1000")
+        .env("HA_NCCL_HEARTBEAT_MS", "100")
+        .env("HA_NCCL_REARM_HOLD_MS", "200")
+        .env("HA_NCCL_KEEPALIVE_MS", "200")
+        .env("HA_NCCL_STATS_FILE", dir.join(format!("stats-{role}.json")))
+        .env("NCCL_DEBUG", "INFO")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning {role}: {e}"))
+}
+
+fn drill(i: usize, far: bool) -> Result<DrillResult, String> {
+    let topo = Topo::up(&format!("{}", std::process::id() % 10000))?;
+    let dir = std::env::temp_dir().join(format!("ha-netns-{}-{i}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let mut recv = spawn_role(&topo.b, "recv", &dir, "10.88.0.2,10.88.1.2", "oob")?;
+    let mut send = spawn_role(&topo.a, "send", &dir, "10.88.0.1,10.88.1.1", "ooa")?;
+    let mut send_in = send.stdin.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    pump(&mut recv, "recv", tx.clone());
+    pump(&mut send, "send", tx);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut log = Vec::new();
+    let mut stage = 0;
+    let result = (|| -> Result<(), String> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (who, line) = rx
+                .recv_timeout(left)
+                .map_err(|_| format!("drill timed out at stage {stage}"))?;
+            log.push(format!("{who}: {line}"));
+            if let Some(h) = line.strip_prefix("HANDLE ") {
+                // The receiver listens: hand its handle to the sender (as NCCL's bootstrap does).
+                writeln!(send_in, "{h}").map_err(|e| e.to_string())?;
+            }
+            match stage {
+                // Traffic flows: cut the primary rail.
+                0 if who == "recv" && line.starts_with("PROGRESS") => {
+                    topo.link(0, far, false)?;
+                    stage = 1;
+                }
+                // Both sides switched: bring the rail back, wait for the re-arm.
+                1 | 2 if line.contains("NET/HA : failover") => {
+                    stage += 1;
+                    if stage == 3 {
+                        topo.link(0, far, true)?;
+                    }
+                }
+                3 if who == "send" && line.contains("re-armed as the standby") => {
+                    stage = 4;
+                }
+                // Redundancy is back: cut the other rail (now the active one).
+                4 if who == "recv" && line.starts_with("PROGRESS") => {
+                    topo.link(1, !far, false)?;
+                    stage = 5;
+                }
+                5 | 6 if line.contains("NET/HA : failover") => {
+                    stage += 1;
+                    if stage == 7 {
+                        std::fs::write(dir.join("stop"), b"").map_err(|e| e.to_string())?;
+                    }
+                }
+                _ => {}
+            }
+            if line.starts_with("FAIL") {
+                return Err(format!("{who}: {line}"));
+            }
+            if who == "recv" && line.starts_with("DONE") {
+                // Only now may the sender close (a real rank never vanishes mid-connection).
+                let _ = writeln!(send_in, "BYE");
+                return Ok(());
+            }
+        }
+    })();
+    let outcome = result
+        .and_then(|_| wait_exit(send, "send"))
+        .and_then(|_| wait_exit(recv, "recv"));
+    while let Ok((who, line)) = rx.try_recv() {
+        log.push(format!("{who}: {line}"));
+    }
+    if let Err(e) = outcome {
+        let tail: Vec<&String> = log
+            .iter()
+            .filter(|l| l.contains("HA NET") || l.contains("FAIL") || l.contains("panicked"))
+            .rev()
+            .take(40)
+            .collect();
+        let tail: Vec<&String> = tail.into_iter().rev().collect();
+        return Err(format!(
+            "{e}\n  last lines:\n  {}",
+            tail.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        ));
+    }
+    let field = |who: &str, key: &str| -> Option<u64> {
+        let s = std::fs::read_to_string(dir.join(format!("stats-{who}.json"))).ok()?;
+        s.lines()
+            .filter_map(|l| {
+                let i = l.find(&format!("\"{key}\":"))? + key.len() + 3;
+                l[i..].split([',', '}']).next()?.parse::<u64>().ok()
+            })
+            .max()
+    };
+    for who in ["send", "recv"] {
+        if field(who, "failovers") != Some(2) {
+            return Err(format!(
+                "{who} stats: failovers {:?}, expected 2",
+                field(who, "failovers")
+            ));
+        }
+        if field(who, "rearms").unwrap_or(0) < 1 {
+            return Err(format!("{who} stats: no re-arm"));
+        }
+    }
+    if field("recv", "duplicates_dropped").unwrap_or(0) != 0 {
+        return Err("receiver dropped duplicates: a delivered message was replayed".into());
+    }
+    let grab = |key: &str| -> u64 {
+        log.iter()
+            .filter_map(|l| l.strip_prefix(&format!("recv: {key} ")))
+            .filter_map(|v| v.trim().parse().ok())
+            .next_back()
+            .unwrap_or(0)
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(DrillResult {
+        stall1_ms: grab("GAP1"),
+        stall2_ms: grab("GAP2"),
+        messages: grab("MESSAGES"),
+    })
+}
+
+// ---- the two ranks (child processes) ----
+
+fn dir() -> PathBuf {
+    PathBuf::from(std::env::var("HA_DIR").expect("HA_DIR"))
+}
+
+/// Message `seq`: its size and bytes (the first 8 bytes carry `seq`).
+fn message(seq: u64) -> Vec<u8> {
+    let size = 16 + (seq.wrapping_mul(7919) % (MAX_MSG as u64 - 16)) as usize;
+    let mut v = so::pattern(seq, size);
+    v[..8].copy_from_slice(&seq.to_le_bytes());
+    v
+}
+
+const END: u64 = u64::MAX;
+
+fn role_send() -> i32 {
+    let p = so::plugin();
+    // The receiver's handle arrives on stdin (hex), forwarded by the test.
+    let mut line = String::new();
+    if std::io::stdin().read_line(&mut line).is_err() || line.trim().len() != 256 {
+        println!("FAIL no handle");
+        return 1;
+    }
+    let mut h = [0u8; 128];
+    for (i, b) in h.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&line.trim()[2 * i..2 * i + 2], 16).unwrap_or(0);
+    }
+    let send = so::until_some(|| p.connect(0, &mut h).expect("connect"));
+    let stop = dir().join("stop");
+    let mut bufs: Vec<so::RegBuf> = (0..WINDOW)
+        .map(|_| so::RegBuf::new(p, &send, vec![0; MAX_MSG]))
+        .collect();
+    let mut inflight = std::collections::VecDeque::new();
+    let mut seq = 0u64;
+    let mut ended = false;
+    loop {
+        while inflight.len() < WINDOW && !ended {
+            let k = (seq as usize) % WINDOW;
+            let msg = if stop.exists() {
+                ended = true;
+                let mut m = vec![0u8; 16];
+                m[..8].copy_from_slice(&END.to_le_bytes());
+                m
+            } else {
+                message(seq)
+            };
+            bufs[k].data[..msg.len()].copy_from_slice(&msg);
+            let ptr = bufs[k].ptr();
+            let r = match so::until_some_result(|| {
+                p.isend(&send, ptr, msg.len() as i32, 0, bufs[k].mr())
+            }) {
+                Ok(r) => r,
+                Err(e) => {
+                    println!("FAIL isend {seq}: {e}");
+                    return 1;
+                }
+            };
+            inflight.push_back(r);
+            seq += 1;
+        }
+        let Some(r) = inflight.pop_front() else { break };
+        if let Err(e) = so::wait(p, &r, &mut [0]) {
+            println!("FAIL send test: {e}");
+            return 1;
+        }
+    }
+    println!("SENT {seq}");
+    let _ = std::io::stdout().flush();
+    // Close only once the receiver has everything (the test says BYE).
+    let mut bye = String::new();
+    let _ = std::io::stdin().read_line(&mut bye);
+    for b in &mut bufs {
+        b.dereg(p, &send);
+    }
+    if let Err(e) = p.close_send(send) {
+        println!("FAIL closeSend: {e}");
+        return 1;
+    }
+    0
+}
+
+fn role_recv() -> i32 {
+    let p = so::plugin();
+    let (h, listen) = p.listen(0).expect("listen");
+    let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
+    println!("HANDLE {hex}");
+    let _ = std::io::stdout().flush();
+    let recv = so::until_some(|| p.accept(&listen).expect("accept"));
+    let mut bufs: Vec<so::RegBuf> = (0..WINDOW)
+        .map(|_| so::RegBuf::new(p, &recv, vec![0; MAX_MSG]))
+        .collect();
+    let mut inflight = std::collections::VecDeque::new();
+    let (mut next_post, mut expect) = (0u64, 0u64);
+    let start = Instant::now();
+    let mut last = start;
+    let mut gaps = Vec::new();
+    loop {
+        while inflight.len() < WINDOW {
+            let k = (next_post as usize) % WINDOW;
+            bufs[k].data.fill(0);
+            let ptr = bufs[k].ptr();
+            match p.irecv(&recv, &[ptr], &[MAX_MSG as i32], &[0], &[bufs[k].mr()]) {
+                Ok(Some(r)) => {
+                    inflight.push_back((k, r));
+                    next_post += 1;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    println!("FAIL irecv: {e}");
+                    return 1;
+                }
+            }
+        }
+        let Some((k, r)) = inflight.pop_front() else {
+            continue;
+        };
+        let mut sz = [0];
+        if let Err(e) = so::wait(p, &r, &mut sz) {
+            println!("FAIL recv test at message {expect}: {e}");
+            return 1;
+        }
+        let now = Instant::now();
+        gaps.push(now.duration_since(last).as_millis() as u64);
+        last = now;
+        let got = &bufs[k].data[..sz[0] as usize];
+        let seq = u64::from_le_bytes(got[..8].try_into().unwrap());
+        if seq == END {
+            break;
+        }
+        if seq != expect {
+            println!("FAIL message {expect}: got message {seq} (lost, duplicated or reordered)");
+            return 1;
+        }
+        if got != message(seq).as_slice() {
+            println!("FAIL message {seq}: bytes differ");
+            return 1;
+        }
+        if bufs[k].data[sz[0] as usize..].iter().any(|&b| b != 0) {
+            println!("FAIL message {seq}: bytes written past its size");
+            return 1;
+        }
+        expect += 1;
+        if expect % 200 == 0 {
+            println!("PROGRESS {expect}");
+        }
+    }
+    let mut top = gaps.clone();
+    top.sort_unstable_by(|a, b| b.cmp(a));
+    println!("GAP1 {}", top.first().copied().unwrap_or(0));
+    println!("GAP2 {}", top.get(1).copied().unwrap_or(0));
+    println!("MESSAGES {expect}");
+    for b in &mut bufs {
+        b.dereg(p, &recv);
+    }
+    if let Err(e) = p.close_recv(recv) {
+        println!("FAIL closeRecv: {e}");
+        return 1;
+    }
+    let _ = p.close_listen(listen);
+    println!("DONE");
+    let _ = std::io::stdout().flush();
+    0
+}
