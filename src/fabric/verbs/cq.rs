@@ -2,6 +2,10 @@
 //! that waits on it: on every completion event it acknowledges it, re-arms the CQ and rings
 //! the engine's doorbell — re-arming before ringing, so a completion that lands between the
 //! consumer's last empty poll and the re-arm is still seen by the poll the ring causes.
+//!
+//! Besides the device's completions a CQ carries flush completions the fabric makes itself
+//! for work posted to a QP already in ERR (rxe in Linux 6.1 never flushes a receive posted
+//! after the QP entered ERR; doing it here gives every provider the same behaviour).
 
 use super::super::{
     Completion, CompletionQueue, Doorbell, FabricError, Result, WcOpcode, WcStatus,
@@ -10,6 +14,8 @@ use super::ffi::{self, Wait, WakeFd};
 use super::pd::PdInner;
 use super::threads;
 use ibverbs_sys as sys;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -22,6 +28,9 @@ pub struct VerbsCq {
     channel: *mut sys::ibv_comp_channel,
     wake: Arc<WakeFd>,
     thread: Option<JoinHandle<()>>,
+    /// Completions made by the fabric (flushes of work posted in ERR).
+    soft: Mutex<VecDeque<Completion>>,
+    bell: Arc<Doorbell>,
     // Last: the PD (and through it the device) outlives the CQ.
     pub pd: Arc<PdInner>,
 }
@@ -67,6 +76,8 @@ impl VerbsCq {
             channel,
             wake,
             thread: None,
+            soft: Mutex::new(VecDeque::new()),
+            bell: doorbell.clone(),
             pd,
         };
         // From here on, Drop cleans up whatever fails.
@@ -150,6 +161,14 @@ pub fn completion(wc: &sys::ibv_wc) -> Completion {
     }
 }
 
+impl VerbsCq {
+    /// Queue completions the fabric made and wake the consumer.
+    pub fn push_soft(&self, cs: impl IntoIterator<Item = Completion>) {
+        self.soft.lock().extend(cs);
+        self.bell.ring();
+    }
+}
+
 impl CompletionQueue for VerbsCq {
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize> {
         let mut wcs = [sys::ibv_wc::default(); BATCH];
@@ -169,6 +188,18 @@ impl CompletionQueue for VerbsCq {
             total += n;
             if n < want {
                 break;
+            }
+        }
+        if total < max {
+            let mut soft = self.soft.lock();
+            while total < max {
+                match soft.pop_front() {
+                    Some(c) => {
+                        out.push(c);
+                        total += 1;
+                    }
+                    None => break,
+                }
             }
         }
         Ok(total)

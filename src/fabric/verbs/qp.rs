@@ -6,9 +6,14 @@
 //! are consumed by the peer's WRITE_WITH_IMM). If the send queue overflows mid-chain the
 //! work requests before the failing one stay posted (verbs semantics) and `QueueFull` is
 //! returned. `to_err` moves the QP to ERR: every outstanding send and receive (signaled or
-//! not) completes with `WR_FLUSH_ERR`, and the responder stops placing data.
+//! not) completes with `WR_FLUSH_ERR`, and the responder stops placing data. Work posted
+//! after `to_err` is not handed to the device: the fabric completes it with `WR_FLUSH_ERR`
+//! itself (as the `sock` fabric does; rxe would leave such receives pending forever).
 
-use super::super::{FabricError, LinkLayer, QpCaps, QpState, QueuePair, Result, SendOp, SendWr};
+use super::super::{
+    Completion, FabricError, LinkLayer, QpCaps, QpState, QueuePair, Result, SendOp, SendWr,
+    WcOpcode, WcStatus,
+};
 use super::cq::VerbsCq;
 use super::endpoint::Endpoint;
 use super::ffi;
@@ -72,7 +77,7 @@ pub struct VerbsQp {
     /// RDMA READs this side may issue (before the peer's limit is known).
     init_rd_atomic: u8,
     // Drop order: the QP is destroyed (in Drop) before its CQ and PD go.
-    _cq: Arc<VerbsCq>,
+    cq: Arc<VerbsCq>,
     pd: Arc<PdInner>,
 }
 
@@ -144,7 +149,7 @@ impl VerbsQp {
             local,
             sgid_index: gid.index as u8,
             init_rd_atomic: rd(hca.attr.max_qp_init_rd_atom),
-            _cq: cq,
+            cq,
             pd,
         })
     }
@@ -178,6 +183,17 @@ impl VerbsQp {
                 self.pd.name, self.qpn
             )
         })
+    }
+
+    fn flush(&self, wr_ids: impl Iterator<Item = u64>) {
+        self.cq.push_soft(wr_ids.map(|wr_id| Completion {
+            wr_id,
+            qp_num: self.qpn,
+            status: WcStatus::WrFlushErr,
+            opcode: WcOpcode::Unknown,
+            byte_len: 0,
+            imm: None,
+        }));
     }
 
     fn sge(addr: usize, len: usize, lkey: u32) -> Result<sys::ibv_sge> {
@@ -350,8 +366,13 @@ impl QueuePair for VerbsQp {
     }
 
     fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
-        if !matches!(self.tracked(), QpState::Rts | QpState::Err) {
-            return Err(self.bad_state("post_send"));
+        match self.tracked() {
+            QpState::Rts => {}
+            QpState::Err => {
+                self.flush(wrs.iter().map(|w| w.wr_id));
+                return Ok(());
+            }
+            _ => return Err(self.bad_state("post_send")),
         }
         if wrs.is_empty() {
             return Ok(());
@@ -424,8 +445,13 @@ impl QueuePair for VerbsQp {
     }
 
     fn post_recv(&self, wr_id: u64) -> Result<()> {
-        if self.tracked() == QpState::Reset {
-            return Err(self.bad_state("post_recv"));
+        match self.tracked() {
+            QpState::Reset => return Err(self.bad_state("post_recv")),
+            QpState::Err => {
+                self.flush(std::iter::once(wr_id));
+                return Ok(());
+            }
+            _ => {}
         }
         let mut wr = sys::ibv_recv_wr {
             wr_id,
