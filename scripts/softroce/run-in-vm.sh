@@ -10,9 +10,9 @@
 #   rail A: rxe0a 10.10.0.1 (p0a) <== veth ==> rxe0b 10.10.0.2 (p0b)
 #   rail B: rxe1a 10.11.0.1 (p1a) <== veth ==> rxe1b 10.11.0.2 (p1b)
 # and exports SOFTROCE_A0/A1/B0/B1="<dev> <gid_index> <ip> <netdev>" and SOFTROCE_LINK (the
-# link-control script, guest/link.sh). The guest's /tmp is a private tmpfs; the host's /tmp is
-# not visible there. CMD runs as root with cwd = the caller's cwd and these variables passed
-# through: RUST_*, CARGO_*, NCCL_*, HA_NCCL_*, SOFTROCE_*, and the names in $SR_PASSENV.
+# link-control script, guest/link.sh). The guest has its own /tmp (a program under the
+# host's /tmp is copied in for the run). CMD runs as root with cwd = the caller's cwd and
+# these variables passed through: RUST_*, CARGO_*, NCCL_*, HA_NCCL_*, SOFTROCE_*, and the names in $SR_PASSENV.
 #
 # Exit status: CMD's; 124 when the guest ran past $SR_TIMEOUT (default 900 s), 125 when it
 # died without reporting, 2 when the rig could not be built. The guest console is printed on
@@ -30,6 +30,12 @@ id=job$$r$RANDOM
 J=$SHARE/jobs/$id
 mkdir -p "$J"
 trap 'rm -rf "$J" "$SR_WORK/$id".*' EXIT
+# The guest mounts its own /tmp: a program under the host's /tmp (a CARGO_TARGET_DIR there)
+# travels through the job directory instead.
+prog=$(realpath -e "$1" 2>/dev/null || true)
+if [[ -n $prog && -f $prog && $prog == /tmp/* && $prog != "$SHARE"/* ]]; then
+  mkdir -p "$J/bin" && cp "$prog" "$J/bin/" && set -- "$J/bin/${prog##*/}" "${@:2}"
+fi
 printf '%q ' "$@" > "$J/cmd"; echo >> "$J/cmd"
 pwd > "$J/cwd"
 echo "$RAILS" > "$J/rails"
