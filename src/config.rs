@@ -92,7 +92,7 @@ pub const SOCK_RAILS: Param = Param {
 pub const SOCK_RETRY_MS: Param = Param {
     name: "HA_NCCL_SOCK_RETRY_MS",
     kind: Kind::Millis,
-    default: "2000",
+    default: "500",
     doc: "`sock` fabric: a rail with unacknowledged data and no ACK progress for this long fails its queue pairs with `RETRY_EXC_ERR`, triggering failover.",
     range: Some((1, u64::MAX)),
 };
@@ -129,6 +129,78 @@ pub const HANDSHAKE_TIMEOUT_MS: Param = Param {
     range: Some((1, u64::MAX)),
 };
 
+pub const KEEPALIVE_MS: Param = Param {
+    name: "HA_NCCL_KEEPALIVE_MS",
+    kind: Kind::Millis,
+    default: "1000",
+    doc: "A connection waiting this long for its peer (a send with no posted receive, a receive with no data) probes the peer with a zero-length RDMA write, so a dead peer fails the request instead of hanging it.",
+    range: Some((1, u64::MAX)),
+};
+
+pub const ENABLE_BACKUP: Param = Param {
+    name: "HA_NCCL_ENABLE_BACKUP",
+    kind: Kind::Bool,
+    default: "1",
+    doc: "Give every connection a standby path on a second device (rail); 0 = one path per connection.",
+    range: None,
+};
+
+pub const STANDBY_MAP: Param = Param {
+    name: "HA_NCCL_STANDBY_MAP",
+    kind: Kind::Str,
+    default: "",
+    doc: "Standby device per primary device, `primary:standby` pairs separated by commas (e.g. `0:1,1:0`); empty = the nearest other device of the same link layer by PCI path.",
+    range: None,
+};
+
+pub const RTO_MS: Param = Param {
+    name: "HA_NCCL_RTO_MS",
+    kind: Kind::Millis,
+    default: "1000",
+    doc: "Soft timeout: a work request on the active path with no completion for this long fails the path over. Keep it above the fabric's own retry window (`HA_NCCL_SOCK_RETRY_MS`, QP timeout x retries).",
+    range: Some((1, u64::MAX)),
+};
+
+pub const HEARTBEAT_MS: Param = Param {
+    name: "HA_NCCL_HEARTBEAT_MS",
+    kind: Kind::Millis,
+    default: "1000",
+    doc: "Interval of the zero-length probe writes that check an idle standby path.",
+    range: Some((1, u64::MAX)),
+};
+
+pub const FAILBACK: Param = Param {
+    name: "HA_NCCL_FAILBACK",
+    kind: Kind::Bool,
+    default: "1",
+    doc: "After a failover, rebuild a queue pair on the failed device once it works again and make it the new standby (redundancy restored); 0 = stay on one path.",
+    range: None,
+};
+
+pub const REARM_HOLD_MS: Param = Param {
+    name: "HA_NCCL_REARM_HOLD_MS",
+    kind: Kind::Millis,
+    default: "2000",
+    doc: "Hold-down between a path failure and each attempt to re-arm it, so a flapping link cannot cause a failover storm.",
+    range: Some((1, u64::MAX)),
+};
+
+pub const MR_POLICY: Param = Param {
+    name: "HA_NCCL_MR_POLICY",
+    kind: Kind::Enum(&["lazy", "eager"]),
+    default: "lazy",
+    doc: "When buffers are registered on the standby device: `lazy` = at the first failover that needs them, `eager` = at `regMr`.",
+    range: None,
+};
+
+pub const STATS_FILE: Param = Param {
+    name: "HA_NCCL_STATS_FILE",
+    kind: Kind::Str,
+    default: "",
+    doc: "If set, one JSON line of per-connection statistics (bytes and work requests per path, failovers, replays, duplicates dropped, re-arms) is appended here when each connection closes.",
+    range: None,
+};
+
 /// Every knob, in documentation order.
 pub const PARAMS: &[Param] = &[
     FABRIC,
@@ -138,6 +210,15 @@ pub const PARAMS: &[Param] = &[
     TEST_MAX_POLL,
     PROGRESS_SPIN_US,
     HANDSHAKE_TIMEOUT_MS,
+    KEEPALIVE_MS,
+    ENABLE_BACKUP,
+    STANDBY_MAP,
+    RTO_MS,
+    HEARTBEAT_MS,
+    FAILBACK,
+    REARM_HOLD_MS,
+    MR_POLICY,
+    STATS_FILE,
 ];
 
 /// Every knob's typed value.
@@ -157,6 +238,24 @@ pub struct Config {
     pub progress_spin: Duration,
     /// `HA_NCCL_HANDSHAKE_TIMEOUT_MS`.
     pub handshake_timeout: Duration,
+    /// `HA_NCCL_KEEPALIVE_MS`.
+    pub keepalive: Duration,
+    /// `HA_NCCL_ENABLE_BACKUP`.
+    pub enable_backup: bool,
+    /// `HA_NCCL_STANDBY_MAP`, raw (parsed against the device count by the transport).
+    pub standby_map: String,
+    /// `HA_NCCL_RTO_MS`.
+    pub rto: Duration,
+    /// `HA_NCCL_HEARTBEAT_MS`.
+    pub heartbeat: Duration,
+    /// `HA_NCCL_FAILBACK`.
+    pub failback: bool,
+    /// `HA_NCCL_REARM_HOLD_MS`.
+    pub rearm_hold: Duration,
+    /// `HA_NCCL_MR_POLICY` is `eager`.
+    pub mr_eager: bool,
+    /// `HA_NCCL_STATS_FILE` (empty = none).
+    pub stats_file: String,
 }
 
 /// A knob whose value cannot be used. Each message names the variable, the offending value
@@ -233,6 +332,15 @@ impl Config {
                 &HANDSHAKE_TIMEOUT_MS,
                 &text(&HANDSHAKE_TIMEOUT_MS),
             )?),
+            keepalive: Duration::from_millis(parse_number(&KEEPALIVE_MS, &text(&KEEPALIVE_MS))?),
+            enable_backup: parse_bool(&ENABLE_BACKUP, &text(&ENABLE_BACKUP))?,
+            standby_map: text(&STANDBY_MAP).trim().to_string(),
+            rto: Duration::from_millis(parse_number(&RTO_MS, &text(&RTO_MS))?),
+            heartbeat: Duration::from_millis(parse_number(&HEARTBEAT_MS, &text(&HEARTBEAT_MS))?),
+            failback: parse_bool(&FAILBACK, &text(&FAILBACK))?,
+            rearm_hold: Duration::from_millis(parse_number(&REARM_HOLD_MS, &text(&REARM_HOLD_MS))?),
+            mr_eager: parse_enum(&MR_POLICY, &text(&MR_POLICY))? == 1,
+            stats_file: text(&STATS_FILE).trim().to_string(),
         })
     }
 }
@@ -464,11 +572,14 @@ mod tests {
         let c = Config::default();
         assert_eq!(c.fabric, FabricKind::Verbs);
         assert!(c.sock_rails.is_empty());
-        assert_eq!(c.sock_retry, Duration::from_millis(2000));
+        assert_eq!(c.sock_retry, Duration::from_millis(500));
+        assert!(c.enable_backup && c.failback && !c.mr_eager);
+        assert_eq!(c.rto, Duration::from_millis(1000));
         assert_eq!(c.sock_segment, 1 << 20);
         assert_eq!(c.test_max_poll, 16);
         assert_eq!(c.progress_spin, Duration::from_micros(50));
         assert_eq!(c.handshake_timeout, Duration::from_millis(30_000));
+        assert_eq!(c.keepalive, Duration::from_millis(1000));
         for p in PARAMS {
             validate(p, p.default)
                 .unwrap_or_else(|e| panic!("default of {} is invalid: {e}", p.name));
@@ -686,7 +797,8 @@ mod tests {
             );
             checked += 1;
         }
-        assert_eq!(checked, PARAMS.len());
+        let free_text = PARAMS.iter().filter(|p| matches!(p.kind, Kind::Str)).count();
+        assert_eq!(checked + free_text, PARAMS.len());
     }
 
     #[test]
@@ -701,6 +813,15 @@ mod tests {
             ("HA_NCCL_TEST_MAX_POLL", "3"),
             ("HA_NCCL_PROGRESS_SPIN_US", "9"),
             ("HA_NCCL_HANDSHAKE_TIMEOUT_MS", "11"),
+            ("HA_NCCL_KEEPALIVE_MS", "13"),
+            ("HA_NCCL_ENABLE_BACKUP", "0"),
+            ("HA_NCCL_STANDBY_MAP", "0:1"),
+            ("HA_NCCL_RTO_MS", "17"),
+            ("HA_NCCL_HEARTBEAT_MS", "19"),
+            ("HA_NCCL_FAILBACK", "no"),
+            ("HA_NCCL_REARM_HOLD_MS", "23"),
+            ("HA_NCCL_MR_POLICY", "eager"),
+            ("HA_NCCL_STATS_FILE", "/tmp/s.json"),
         ])
         .unwrap();
         let Config {
@@ -711,6 +832,15 @@ mod tests {
             test_max_poll,
             progress_spin,
             handshake_timeout,
+            keepalive,
+            enable_backup,
+            standby_map,
+            rto,
+            heartbeat,
+            failback,
+            rearm_hold,
+            mr_eager,
+            stats_file,
         } = c;
         assert_eq!(fabric, FabricKind::Sock);
         assert_eq!(sock_rails, vec!["lo"]);
@@ -719,7 +849,14 @@ mod tests {
         assert_eq!(test_max_poll, 3);
         assert_eq!(progress_spin, Duration::from_micros(9));
         assert_eq!(handshake_timeout, Duration::from_millis(11));
-        assert_eq!(PARAMS.len(), 7, "one PARAMS row per Config field");
+        assert_eq!(keepalive, Duration::from_millis(13));
+        assert!(!enable_backup && !failback && mr_eager);
+        assert_eq!(standby_map, "0:1");
+        assert_eq!(rto, Duration::from_millis(17));
+        assert_eq!(heartbeat, Duration::from_millis(19));
+        assert_eq!(rearm_hold, Duration::from_millis(23));
+        assert_eq!(stats_file, "/tmp/s.json");
+        assert_eq!(PARAMS.len(), 16, "one PARAMS row per Config field");
     }
 
     #[test]

@@ -13,4 +13,5 @@ pub mod api;
 pub mod config;
 pub mod engine;
 pub mod fabric;
+pub mod harness;
 pub mod transport;

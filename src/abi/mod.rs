@@ -2,5 +2,7 @@
 //! adapters onto `api`), plus a loader that drives any ext-net library through its table.
 
 pub mod common;
+pub mod loader;
 pub mod logger;
+pub mod v8;
 pub mod v8_types;

@@ -58,7 +58,13 @@ pub struct NcclNetV8 {
         ) -> NcclResult,
     >,
     pub reg_mr: Option<
-        unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, *mut *mut c_void) -> NcclResult,
+        unsafe extern "C" fn(
+            *mut c_void,
+            *mut c_void,
+            usize,
+            c_int,
+            *mut *mut c_void,
+        ) -> NcclResult,
     >,
     pub reg_mr_dma_buf: Option<
         unsafe extern "C" fn(

@@ -226,7 +226,10 @@ mod tests {
         let r: Registry<u32> = Registry::new(Kind::Send);
         let t = r.insert(7).unwrap();
         assert_eq!(*r.get(t, "sendComm").unwrap().lock(), 7);
-        assert_eq!(r.get(0, "sendComm").unwrap_err().code, Code::InvalidArgument);
+        assert_eq!(
+            r.get(0, "sendComm").unwrap_err().code,
+            Code::InvalidArgument
+        );
         let wrong_kind = (t & !(0xff << 56)) | ((Kind::Recv as u64) << 56);
         assert_eq!(
             r.get(wrong_kind, "sendComm").unwrap_err().code,

@@ -6,13 +6,13 @@ use super::handles::{kind_of, request_token, split_request, Kind};
 use super::state::{self, MrEntry};
 use crate::fabric::DeviceInfo;
 use crate::transport::conn::connect::PendingConnect;
+use crate::transport::conn::ha::HaCfg;
 use crate::transport::conn::listen::ListenComm;
 use crate::transport::conn::mr::MrHandle;
 use crate::transport::conn::recv::RecvArg;
 use crate::transport::data::layout::MAX_RECVS;
 use crate::transport::data::ReqId;
 use crate::transport::handle::{self, ConnectHandle, HANDLE_SIZE};
-use std::time::Duration;
 
 /// `ncclNetProperties` fields beyond the device's own.
 pub const MAX_RECVS_ADVERTISED: i32 = MAX_RECVS as i32;
@@ -40,18 +40,14 @@ pub fn properties(dev: i32) -> ApiResult<DeviceInfo> {
     Ok(state::get()?.engine.fabric().devices()[d].clone())
 }
 
-fn max_poll() -> ApiResult<usize> {
-    Ok(state::get()?.cfg.test_max_poll as usize)
-}
-
-fn hs_timeout() -> ApiResult<Duration> {
-    Ok(state::get()?.cfg.handshake_timeout)
+fn ha_cfg() -> ApiResult<&'static HaCfg> {
+    Ok(&state::get()?.ha)
 }
 
 pub fn listen(dev: i32, handle: &mut [u8; HANDLE_SIZE]) -> ApiResult<u64> {
     let d = device(dev)?;
     let p = state::get()?;
-    let l = ListenComm::new(&p.engine, d, p.oob_ip, max_poll()?, hs_timeout()?, handle)?;
+    let l = ListenComm::new(&p.engine, d, p.oob_ip, ha_cfg()?, &p.cfg.stats_file, handle)?;
     p.listens.insert(l)
 }
 
@@ -59,11 +55,12 @@ pub fn listen(dev: i32, handle: &mut [u8; HANDLE_SIZE]) -> ApiResult<u64> {
 pub fn connect(dev: i32, h: &mut [u8; HANDLE_SIZE]) -> ApiResult<u64> {
     let d = device(dev)?;
     let p = state::get()?;
-    let ch = ConnectHandle::decode(h)
-        .map_err(|e| ApiError::arg(format!("bad connect handle: {e}")))?;
+    let ch =
+        ConnectHandle::decode(h).map_err(|e| ApiError::arg(format!("bad connect handle: {e}")))?;
     let mut token = handle::scratch(h);
     if token == 0 {
-        let pc = PendingConnect::start(&p.engine, d, &ch, max_poll()?, hs_timeout()?)?;
+        let pc =
+            PendingConnect::start(&p.engine, d, &ch, ha_cfg()?, &p.cfg.stats_file)?;
         token = p.connects.insert(pc)?;
         handle::set_scratch(h, token);
     }
@@ -99,11 +96,12 @@ pub fn accept(listen: u64) -> ApiResult<u64> {
     }
 }
 
-fn device_res_of(comm: u64) -> ApiResult<std::sync::Arc<crate::engine::DeviceRes>> {
+/// The devices of a comm's paths, the active one first.
+fn devices_of(comm: u64) -> ApiResult<Vec<std::sync::Arc<crate::engine::DeviceRes>>> {
     let p = state::get()?;
     match kind_of(comm) {
-        Some(Kind::Send) => Ok(p.sends.get(comm, "comm")?.lock().device_res().clone()),
-        Some(Kind::Recv) => Ok(p.recvs.get(comm, "comm")?.lock().device_res().clone()),
+        Some(Kind::Send) => Ok(p.sends.get(comm, "comm")?.lock().devices()),
+        Some(Kind::Recv) => Ok(p.recvs.get(comm, "comm")?.lock().devices()),
         _ if comm == 0 => Err(ApiError::arg("comm is NULL")),
         _ => Err(ApiError::arg(format!(
             "comm {comm:#x} is not a send or receive comm of this plugin"
@@ -112,7 +110,8 @@ fn device_res_of(comm: u64) -> ApiResult<std::sync::Arc<crate::engine::DeviceRes
 }
 
 pub fn reg_mr(comm: u64, addr: usize, size: usize, ptr_type: i32) -> ApiResult<u64> {
-    let dev = device_res_of(comm)?;
+    let devs = devices_of(comm)?;
+    let dev = devs[0].clone();
     let support = state::get()?.engine.fabric().devices()[dev.dev].ptr_support;
     if ptr_type <= 0 || ptr_type & !support != 0 {
         return Err(ApiError::arg(format!(
@@ -123,10 +122,20 @@ pub fn reg_mr(comm: u64, addr: usize, size: usize, ptr_type: i32) -> ApiResult<u
         return Err(ApiError::arg("regMr of 0 bytes"));
     }
     if addr == 0 || addr.checked_add(size).is_none() {
-        return Err(ApiError::arg(format!("regMr of bad range {addr:#x}+{size}")));
+        return Err(ApiError::arg(format!(
+            "regMr of bad range {addr:#x}+{size}"
+        )));
     }
     let handle = MrHandle::register(&dev, addr, size)?;
-    state::get()?.mrs.insert(MrEntry { handle })
+    if state::get()?.cfg.mr_eager {
+        // HA_NCCL_MR_POLICY=eager: on the standby device too, now.
+        for d in &devs[1..] {
+            handle.keys_for(d)?;
+        }
+    }
+    state::get()?.mrs.insert(MrEntry {
+        handle: std::sync::Arc::new(handle),
+    })
 }
 
 pub fn dereg_mr(comm: u64, mr: u64) -> ApiResult<()> {

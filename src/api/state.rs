@@ -8,6 +8,7 @@ use crate::engine::Engine;
 use crate::fabric::sock::{SockConfig, SockFabric, SockRail};
 use crate::fabric::{netif, Fabric};
 use crate::transport::conn::connect::PendingConnect;
+use crate::transport::conn::ha::{parse_standby_map, HaCfg};
 use crate::transport::conn::listen::ListenComm;
 use crate::transport::conn::mr::MrHandle;
 use crate::transport::conn::recv::RecvComm;
@@ -17,6 +18,8 @@ use std::sync::{Arc, OnceLock};
 
 pub struct Plugin {
     pub cfg: Config,
+    /// The knobs every connection runs with.
+    pub ha: HaCfg,
     pub engine: Arc<Engine>,
     /// Address the OOB listeners bind (from `NCCL_SOCKET_IFNAME`).
     pub oob_ip: IpAddr,
@@ -29,7 +32,7 @@ pub struct Plugin {
 
 /// A registration and the device it was made for.
 pub struct MrEntry {
-    pub handle: MrHandle,
+    pub handle: std::sync::Arc<MrHandle>,
 }
 
 static PLUGIN: OnceLock<Result<Plugin, ApiError>> = OnceLock::new();
@@ -71,9 +74,8 @@ fn build() -> ApiResult<Plugin> {
             };
             let mut rails = Vec::new();
             for s in &specs {
-                let (name, ip) = netif::resolve_rail(s, &ifs).map_err(|e| {
-                    ApiError::arg(format!("HA_NCCL_SOCK_RAILS: rail {s:?}: {e}"))
-                })?;
+                let (name, ip) = netif::resolve_rail(s, &ifs)
+                    .map_err(|e| ApiError::arg(format!("HA_NCCL_SOCK_RAILS: rail {s:?}: {e}")))?;
                 rails.push(SockRail { name, ip });
             }
             Arc::new(
@@ -88,9 +90,7 @@ fn build() -> ApiResult<Plugin> {
         FabricKind::Verbs => crate::fabric::verbs::open(&Default::default()).map_err(|e| {
             ApiError::new(
                 Code::SystemError,
-                format!(
-                    "HA_NCCL_FABRIC=verbs: {e}. On hosts without RDMA set HA_NCCL_FABRIC=sock"
-                ),
+                format!("HA_NCCL_FABRIC=verbs: {e}. On hosts without RDMA set HA_NCCL_FABRIC=sock"),
             )
         })?,
     };
@@ -110,8 +110,28 @@ fn build() -> ApiResult<Plugin> {
         oob.name,
         oob.addr
     );
+    parse_standby_map(&cfg.standby_map, fabric.devices().len()).map_err(ApiError::arg)?;
+    if cfg.fabric == FabricKind::Sock && cfg.rto <= cfg.sock_retry {
+        tracing::warn!(
+            "NET/HA : HA_NCCL_RTO_MS ({:?}) is not above HA_NCCL_SOCK_RETRY_MS ({:?}): the soft timeout may fail paths over before the fabric's own retries give up",
+            cfg.rto,
+            cfg.sock_retry
+        );
+    }
+    let ha = HaCfg {
+        max_poll: cfg.test_max_poll as usize,
+        keepalive: cfg.keepalive,
+        enable_backup: cfg.enable_backup,
+        standby_map: cfg.standby_map.clone(),
+        rto: cfg.rto,
+        heartbeat: cfg.heartbeat,
+        failback: cfg.failback,
+        rearm_hold: cfg.rearm_hold,
+        handshake_timeout: cfg.handshake_timeout,
+    };
     let engine = Engine::new(fabric, cfg.progress_spin);
     Ok(Plugin {
+        ha,
         oob_ip: oob.addr,
         engine,
         cfg,

@@ -76,7 +76,7 @@ impl Engine {
             router: Arc::new(Router::default()),
             spin,
             state: Mutex::new(State {
-                devices: vec![Weak::new(); n],
+                devices: (0..n).map(|_| Weak::new()).collect(),
                 progress: None,
                 leases: 0,
             }),
@@ -100,7 +100,11 @@ impl Engine {
                 let pd = self.fabric.open_pd(dev)?;
                 let cq = pd.create_cq(CQ_DEPTH, self.router.doorbell.clone())?;
                 let cq_id = self.router.add_cq(cq.clone());
-                let align = if self.fabric.kind() == "verbs" { 4096 } else { 1 };
+                let align = if self.fabric.kind() == "verbs" {
+                    4096
+                } else {
+                    1
+                };
                 let r = Arc::new(DeviceRes {
                     dev,
                     mrs: MrCache::new(pd.clone(), align),

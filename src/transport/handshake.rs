@@ -21,7 +21,7 @@ const KIND_HELLO: u8 = 1;
 const KIND_ACCEPT: u8 = 2;
 const KIND_READY: u8 = 3;
 
-/// A remotely writable buffer: where the peer must RDMA-write (CTS FIFO, completion records).
+/// A remotely writable buffer as seen through one path: address, key on that path, length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RemoteBuf {
     pub addr: u64,
@@ -29,14 +29,35 @@ pub struct RemoteBuf {
     pub len: u32,
 }
 
+/// One path as offered to the peer: the fabric endpoint of its queue pair and the key of the
+/// side's remotely written region on that path's device.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PathParams {
+    pub endpoint: Vec<u8>,
+    pub rkey: u32,
+}
+
 /// What one side tells the other.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Params {
     pub flags: u16,
-    /// One opaque fabric endpoint per path (primary first).
-    pub paths: Vec<Vec<u8>>,
-    /// Connector: its CTS FIFO. Acceptor: its completion-record array.
-    pub buf: RemoteBuf,
+    /// Primary first, then the standby (if the side offers one).
+    pub paths: Vec<PathParams>,
+    /// The remotely written region (connector: CTS FIFO + mailbox; acceptor: completion
+    /// records + mailbox).
+    pub addr: u64,
+    pub len: u32,
+}
+
+impl Params {
+    /// The region as seen through path `i`.
+    pub fn buf(&self, i: usize) -> RemoteBuf {
+        RemoteBuf {
+            addr: self.addr,
+            rkey: self.paths[i].rkey,
+            len: self.len,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -102,10 +123,10 @@ impl Framer {
 
 fn put_params(w: &mut Writer, p: &Params) {
     w.u16(p.flags).u8(p.paths.len() as u8);
-    for ep in &p.paths {
-        w.bytes8(ep);
+    for path in &p.paths {
+        w.bytes8(&path.endpoint).u32(path.rkey);
     }
-    w.u64(p.buf.addr).u32(p.buf.rkey).u32(p.buf.len);
+    w.u64(p.addr).u32(p.len);
 }
 
 fn get_params(r: &mut Reader) -> Result<Params, HandshakeError> {
@@ -116,14 +137,16 @@ fn get_params(r: &mut Reader) -> Result<Params, HandshakeError> {
     }
     let mut paths = Vec::with_capacity(n);
     for _ in 0..n {
-        paths.push(r.bytes8("path endpoint")?.to_vec());
+        let endpoint = r.bytes8("path endpoint")?.to_vec();
+        let rkey = r.u32("path rkey")?;
+        paths.push(PathParams { endpoint, rkey });
     }
-    let buf = RemoteBuf {
+    Ok(Params {
+        flags,
+        paths,
         addr: r.u64("buffer address")?,
-        rkey: r.u32("buffer rkey")?,
         len: r.u32("buffer length")?,
-    };
-    Ok(Params { flags, paths, buf })
+    })
 }
 
 /// Encode a Hello body (exposed for hostile-peer tests and fuzzing).
@@ -304,12 +327,18 @@ mod tests {
     fn params(tag: u8) -> Params {
         Params {
             flags: 1,
-            paths: vec![vec![tag; 20]],
-            buf: RemoteBuf {
-                addr: 0x1000 * tag as u64,
-                rkey: tag as u32,
-                len: 4096,
-            },
+            paths: vec![
+                PathParams {
+                    endpoint: vec![tag; 20],
+                    rkey: tag as u32,
+                },
+                PathParams {
+                    endpoint: vec![tag + 1; 32],
+                    rkey: 7,
+                },
+            ],
+            addr: 0x1000 * tag as u64,
+            len: 4096,
         }
     }
 

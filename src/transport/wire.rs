@@ -146,7 +146,11 @@ mod tests {
     #[test]
     fn roundtrip_fields() {
         let mut w = Writer::new();
-        w.u8(1).u16(0x0203).u32(0x0405_0607).u64(u64::MAX).bytes8(b"abc");
+        w.u8(1)
+            .u16(0x0203)
+            .u32(0x0405_0607)
+            .u64(u64::MAX)
+            .bytes8(b"abc");
         let v = w.into_vec();
         let mut r = Reader::new(&v);
         assert_eq!(r.u8("a").unwrap(), 1);

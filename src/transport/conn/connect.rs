@@ -1,35 +1,28 @@
-//! Connector driver: opens the send side's path and runs the handshake over OOB TCP, one
+//! Connector driver: opens the send side's paths and runs the handshake over OOB TCP, one
 //! non-blocking step per NCCL `connect` call.
 
 use super::error::{Error, Result};
+use super::ha::HaCfg;
+use super::link::Role;
 use super::oob_io::{read_some, write_some};
-use super::path::Path;
 use super::send::SendComm;
+use super::setup::Half;
 use crate::engine::Engine;
 use crate::fabric::oob::OobStream;
-use crate::fabric::{Access, MemoryRegion};
-use crate::transport::data::layout::{
-    SharedWords, CTS_SLOT_WORDS, FIFO_DEPTH, RECORD_BYTES, RECORD_WORDS,
-};
-use crate::transport::data::send::SendSide;
 use crate::transport::handle::ConnectHandle;
-use crate::transport::handshake::{Connector, Params, RemoteBuf};
+use crate::transport::handshake::{Connector, Params};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub struct PendingConnect {
-    path: Path,
-    fifo_mr: Box<dyn MemoryRegion>,
-    stage_mr: Box<dyn MemoryRegion>,
-    fifo: SharedWords,
-    stage: SharedWords,
+    half: Option<Half>,
     stream: OobStream,
     hs: Connector,
     peer: String,
-    peer_records: Option<RemoteBuf>,
+    peer_params: Option<Params>,
     deadline: Instant,
-    max_poll: usize,
-    _hold: crate::engine::Lease,
+    cfg: HaCfg,
+    stats_file: String,
 }
 
 impl PendingConnect {
@@ -37,40 +30,22 @@ impl PendingConnect {
         engine: &Arc<Engine>,
         dev: usize,
         handle: &ConnectHandle,
-        max_poll: usize,
-        timeout: Duration,
+        cfg: &HaCfg,
+        stats_file: &str,
     ) -> Result<PendingConnect> {
-        let path = Path::open(engine.lease(dev)?)?;
-        let hold = path.lease.clone_lease();
-        let fifo = SharedWords::new(FIFO_DEPTH * CTS_SLOT_WORDS);
-        let stage = SharedWords::new(FIFO_DEPTH * RECORD_WORDS);
-        let fifo_mr = path.register(&fifo, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-        let stage_mr = path.register(&stage, Access::LOCAL_WRITE)?;
-        let local = Params {
-            flags: 0,
-            paths: vec![path.qp.local_endpoint()],
-            buf: RemoteBuf {
-                addr: fifo.addr() as u64,
-                rkey: fifo_mr.keys().rkey,
-                len: fifo.len_bytes() as u32,
-            },
-        };
+        let half = Half::open(engine, dev, Role::Send, cfg)?;
         let peer = handle.addr.to_string();
         let stream = OobStream::connect(handle.addr)
             .map_err(|e| Error::io(format!("connecting to {peer}"), e))?;
         Ok(PendingConnect {
-            path,
-            fifo_mr,
-            stage_mr,
-            fifo,
-            stage,
+            hs: Connector::new(handle.token, &half.params()),
+            half: Some(half),
             stream,
-            hs: Connector::new(handle.token, &local),
             peer,
-            peer_records: None,
-            deadline: Instant::now() + timeout,
-            max_poll,
-            _hold: hold,
+            peer_params: None,
+            deadline: Instant::now() + cfg.handshake_timeout,
+            cfg: cfg.clone(),
+            stats_file: stats_file.to_string(),
         })
     }
 
@@ -85,22 +60,18 @@ impl PendingConnect {
         }
         let n = write_some(&mut self.stream, self.hs.transmit(), &self.peer)?;
         self.hs.advance_tx(n);
-        if self.peer_records.is_none() {
+        if self.peer_params.is_none() {
             let data = read_some(&mut self.stream, &self.peer)?;
             let got = self.hs.receive(&data).map_err(|source| Error::Handshake {
                 peer: self.peer.clone(),
                 source,
             })?;
             if let Some(p) = got {
-                if (p.buf.len as usize) < FIFO_DEPTH * RECORD_BYTES {
-                    return Err(Error::Usage(format!(
-                        "peer {} offered a completion-record area of {} bytes",
-                        self.peer, p.buf.len
-                    )));
-                }
-                self.path.qp.to_rtr(&p.paths[0])?;
-                self.path.qp.to_rts()?;
-                self.peer_records = Some(p.buf);
+                self.half
+                    .as_mut()
+                    .expect("half")
+                    .connect(&p, &self.peer)?;
+                self.peer_params = Some(p);
                 self.hs.local_ready();
                 let n = write_some(&mut self.stream, self.hs.transmit(), &self.peer)?;
                 self.hs.advance_tx(n);
@@ -120,17 +91,9 @@ impl PendingConnect {
     }
 
     /// The established connection (call once `step` returned true).
-    pub fn finish(self) -> SendComm {
-        SendComm {
-            path: self.path,
-            fifo_mr: self.fifo_mr,
-            stage_mr: self.stage_mr,
-            fifo: self.fifo,
-            stage: self.stage,
-            peer_records: self.peer_records.expect("handshake done"),
-            machine: SendSide::new(),
-            max_poll: self.max_poll,
-            _hold: self._hold,
-        }
+    pub fn finish(mut self) -> SendComm {
+        let half = self.half.take().expect("half");
+        let peer = self.peer_params.take().expect("handshake done");
+        SendComm::new(half.into_link(&peer, &self.cfg, &self.stats_file))
     }
 }

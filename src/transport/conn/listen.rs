@@ -5,44 +5,31 @@
 
 use super::error::{Error, Result};
 use super::oob_io::{read_some, write_some};
-use super::path::Path;
+use super::ha::HaCfg;
+use super::link::Role;
 use super::recv::RecvComm;
-use crate::engine::{Engine, Lease};
+use super::setup::Half;
+use crate::engine::Engine;
 use crate::fabric::oob::{OobListener, OobStream};
-use crate::fabric::{Access, MemoryRegion};
-use crate::transport::data::layout::{
-    SharedWords, CTS_SLOT_BYTES, CTS_SLOT_WORDS, FIFO_DEPTH, RECORD_WORDS,
-};
-use crate::transport::data::recv::RecvSide;
 use crate::transport::handle::{ConnectHandle, HANDLE_SIZE};
-use crate::transport::handshake::{Acceptor, Params, RemoteBuf};
+use crate::transport::handshake::{Acceptor, Params};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Handshakes in progress beyond this are refused (oldest dropped first).
 const MAX_PENDING: usize = 64;
 
 pub struct ListenComm {
-    lease: Lease,
+    engine: Arc<Engine>,
+    dev: usize,
     listener: OobListener,
     token: u64,
     pending: Vec<PendingAccept>,
-    max_poll: usize,
-    timeout: Duration,
+    cfg: HaCfg,
+    stats_file: String,
     /// Handshakes dropped (bad token, garbage, timeout): for tests and stats.
     pub rejected: u64,
-}
-
-/// The receive side's resources, created once a valid Hello arrived.
-struct Parts {
-    path: Path,
-    records_mr: Box<dyn MemoryRegion>,
-    cts_mr: Box<dyn MemoryRegion>,
-    records: SharedWords,
-    cts_stage: SharedWords,
-    peer_fifo: RemoteBuf,
-    hold: Lease,
 }
 
 struct PendingAccept {
@@ -50,7 +37,7 @@ struct PendingAccept {
     hs: Acceptor,
     peer: String,
     deadline: Instant,
-    parts: Option<Parts>,
+    half: Option<(Half, Params)>,
 }
 
 impl ListenComm {
@@ -59,11 +46,10 @@ impl ListenComm {
         engine: &Arc<Engine>,
         dev: usize,
         ip: IpAddr,
-        max_poll: usize,
-        timeout: Duration,
+        cfg: &HaCfg,
+        stats_file: &str,
         handle: &mut [u8; HANDLE_SIZE],
     ) -> Result<ListenComm> {
-        let lease = engine.lease(dev)?;
         let listener =
             OobListener::bind(ip).map_err(|e| Error::io(format!("listening on {ip}"), e))?;
         let token = random_token();
@@ -74,12 +60,13 @@ impl ListenComm {
         }
         .encode(handle);
         Ok(ListenComm {
-            lease,
+            engine: engine.clone(),
+            dev,
             listener,
             token,
             pending: Vec::new(),
-            max_poll,
-            timeout,
+            cfg: cfg.clone(),
+            stats_file: stats_file.to_string(),
             rejected: 0,
         })
     }
@@ -101,8 +88,8 @@ impl ListenComm {
                         stream,
                         hs: Acceptor::new(self.token),
                         peer,
-                        deadline: Instant::now() + self.timeout,
-                        parts: None,
+                        deadline: Instant::now() + self.cfg.handshake_timeout,
+                        half: None,
                     });
                 }
                 Ok(None) => break,
@@ -117,7 +104,7 @@ impl ListenComm {
             match self.step(i) {
                 Ok(true) => {
                     let p = self.pending.swap_remove(i);
-                    return Ok(Some(Self::finish(p, self.max_poll)));
+                    return Ok(Some(self.finish(p)));
                 }
                 Ok(false) => i += 1,
                 Err(e) => {
@@ -131,7 +118,7 @@ impl ListenComm {
     }
 
     fn step(&mut self, i: usize) -> Result<bool> {
-        let lease = &self.lease;
+        let (engine, dev, cfg) = (self.engine.clone(), self.dev, self.cfg.clone());
         let p = &mut self.pending[i];
         let n = write_some(&mut p.stream, p.hs.transmit(), &p.peer)?;
         p.hs.advance_tx(n);
@@ -141,17 +128,11 @@ impl ListenComm {
             source,
         })?;
         if let Some(peer) = got {
-            let parts = Self::open_parts(lease, &peer, &p.peer)?;
-            let local = Params {
-                flags: 0,
-                paths: vec![parts.path.qp.local_endpoint()],
-                buf: RemoteBuf {
-                    addr: parts.records.addr() as u64,
-                    rkey: parts.records_mr.keys().rkey,
-                    len: parts.records.len_bytes() as u32,
-                },
-            };
-            p.parts = Some(parts);
+            // Only a peer that presented our token gets queue pairs.
+            let mut half = Half::open(&engine, dev, Role::Recv, &cfg)?;
+            half.connect(&peer, &p.peer)?;
+            let local = half.params();
+            p.half = Some((half, peer));
             p.hs.local_accept(&local);
             let n = write_some(&mut p.stream, p.hs.transmit(), &p.peer)?;
             p.hs.advance_tx(n);
@@ -170,45 +151,9 @@ impl ListenComm {
         Ok(false)
     }
 
-    fn open_parts(lease: &Lease, peer: &Params, who: &str) -> Result<Parts> {
-        if (peer.buf.len as usize) < FIFO_DEPTH * CTS_SLOT_BYTES {
-            return Err(Error::Usage(format!(
-                "peer {who} offered a clear-to-send FIFO of {} bytes",
-                peer.buf.len
-            )));
-        }
-        let path = Path::open(lease.clone_lease())?;
-        let hold = lease.clone_lease();
-        let records = SharedWords::new(FIFO_DEPTH * RECORD_WORDS);
-        let cts_stage = SharedWords::new(FIFO_DEPTH * CTS_SLOT_WORDS);
-        let records_mr = path.register(&records, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-        let cts_mr = path.register(&cts_stage, Access::LOCAL_WRITE)?;
-        path.qp.to_rtr(&peer.paths[0])?;
-        path.qp.to_rts()?;
-        Ok(Parts {
-            path,
-            records_mr,
-            cts_mr,
-            records,
-            cts_stage,
-            peer_fifo: peer.buf,
-            hold,
-        })
-    }
-
-    fn finish(p: PendingAccept, max_poll: usize) -> RecvComm {
-        let parts = p.parts.expect("handshake done");
-        RecvComm {
-            path: parts.path,
-            records_mr: parts.records_mr,
-            cts_mr: parts.cts_mr,
-            records: parts.records,
-            cts_stage: parts.cts_stage,
-            peer_fifo: parts.peer_fifo,
-            machine: RecvSide::new(),
-            max_poll,
-            _hold: parts.hold,
-        }
+    fn finish(&self, p: PendingAccept) -> RecvComm {
+        let (half, peer) = p.half.expect("handshake done");
+        RecvComm::new(half.into_link(&peer, &self.cfg, &self.stats_file))
     }
 
     /// Handshakes in progress.

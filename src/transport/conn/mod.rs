@@ -3,11 +3,16 @@
 
 pub mod connect;
 pub mod error;
+pub mod ha;
+pub mod link;
 pub mod listen;
 pub mod mr;
 pub mod oob_io;
 pub mod path;
 pub mod recv;
+pub mod region;
 pub mod send;
+pub mod setup;
+pub mod stats;
 
 pub use error::{Error, Result};

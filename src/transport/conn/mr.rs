@@ -39,7 +39,10 @@ impl MrHandle {
 
     /// Whether `[addr, addr+len)` lies inside this registration.
     pub fn contains(&self, addr: usize, len: usize) -> bool {
-        addr >= self.addr && addr.checked_add(len).is_some_and(|e| e <= self.addr + self.len)
+        addr >= self.addr
+            && addr
+                .checked_add(len)
+                .is_some_and(|e| e <= self.addr + self.len)
     }
 
     /// Devices this range is registered on.

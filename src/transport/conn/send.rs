@@ -1,66 +1,96 @@
-//! Send side of an established connection: applies the `SendSide` machine to a path.
+//! Send side of an established connection: the `SendSide` machine on a multi-path `Link`.
+//! On a failover it fences and drains the old path, asks the receiver what it delivered (or
+//! hears it first), then replays the undelivered sends on the new path.
 
-use super::error::Result;
+use super::error::{Error, Result};
+use super::link::{Event, Link, Phase};
 use super::mr::MrHandle;
-use super::path::Path;
-use crate::fabric::{MemoryRegion, SendOp, SendWr, Sge};
-use crate::transport::data::layout::{SharedWords, RECORD_BYTES, RECORD_WORDS};
+use crate::fabric::{SendOp, SendWr, Sge};
+use crate::transport::data::layout::{CtrlKind, CtrlMsg, FIFO_DEPTH, RECORD_BYTES, RECORD_WORDS};
 use crate::transport::data::send::{SendArgs, SendBatch, SendSide};
-use crate::transport::data::{ProtoError, ReqId};
-use crate::transport::handshake::RemoteBuf;
+use crate::transport::data::ReqId;
+use std::sync::Arc;
 
 pub struct SendComm {
-    // Drop order: the path (fenced QP) before the memory the peer writes into.
-    pub(crate) path: Path,
-    pub(crate) fifo_mr: Box<dyn MemoryRegion>,
-    pub(crate) stage_mr: Box<dyn MemoryRegion>,
-    pub(crate) fifo: SharedWords,
-    pub(crate) stage: SharedWords,
-    pub(crate) peer_records: RemoteBuf,
+    pub(crate) link: Link,
     pub(crate) machine: SendSide,
-    pub(crate) max_poll: usize,
-    /// Keeps the device (PD) alive until the registrations above are gone.
-    pub(crate) _hold: crate::engine::Lease,
+    /// Registrations of the sends of each FIFO slot's current group (for a replay).
+    slot_mrs: Vec<(u64, Vec<Arc<MrHandle>>)>,
 }
 
 impl SendComm {
-    /// Post a send of `[addr, addr+size)`; `Ok(None)` when the receiver has not posted yet.
+    pub(crate) fn new(link: Link) -> SendComm {
+        SendComm {
+            link,
+            machine: SendSide::new(),
+            slot_mrs: vec![(0, Vec::new()); FIFO_DEPTH],
+        }
+    }
+
+    /// Post a send of `[addr, addr+size)`; `Ok(None)` when the receiver has not posted yet
+    /// (or a failover is in progress): try later.
     pub fn isend(
         &mut self,
         addr: usize,
         size: usize,
         tag: i32,
-        mr: &MrHandle,
+        mr: &Arc<MrHandle>,
     ) -> Result<Option<ReqId>> {
-        self.drain();
+        self.pump();
+        if let Some(e) = self.machine.failure() {
+            return Err(e.clone().into());
+        }
+        if !matches!(self.link.phase, Phase::Normal) {
+            return Ok(None);
+        }
         if size > 0 && !mr.contains(addr, size) {
-            return Err(super::error::Error::Usage(format!(
+            return Err(Error::Usage(format!(
                 "send buffer {addr:#x}+{size} lies outside its registration {:#x}+{}",
                 mr.addr, mr.len
             )));
         }
-        let lkey = mr.keys_for(&self.path.lease.dev)?.lkey;
+        let a = self.link.active;
+        let lkey = mr.keys_for(self.link.path(a).device())?.lkey;
+        let seq = self.machine.posted_upto() + 1;
         let args = SendArgs {
             addr: addr as u64,
             size: size as u64,
             tag,
             lkey,
         };
-        match self.machine.isend(&self.fifo, args)? {
-            None => Ok(None),
-            Some((id, None)) => Ok(Some(id)),
-            Some((id, Some(batch))) => {
-                self.post(&batch)?;
+        match self.machine.isend(&self.link.region.words, args)? {
+            None => {
+                // No receive posted yet: make sure the peer is still there.
+                let ev = self.link.keepalive(true);
+                self.on_event(ev);
+                Ok(None)
+            }
+            Some((id, batch)) => {
+                let _ = self.link.keepalive(false);
+                let slot = &mut self.slot_mrs[(seq % FIFO_DEPTH as u64) as usize];
+                if slot.0 != seq {
+                    *slot = (seq, Vec::new());
+                }
+                slot.1.push(mr.clone());
+                if let Some(b) = batch {
+                    self.post(a, &b);
+                }
                 Ok(Some(id))
             }
         }
     }
 
-    fn post(&mut self, b: &SendBatch) -> Result<()> {
+    /// Post `b` on path `p`; a failure to post is a failure of that path (the group stays
+    /// posted in the machine and is replayed if the connection fails over).
+    fn post(&mut self, p: usize, b: &SendBatch) {
         let slot = b.slot();
         for (i, w) in b.record.iter().enumerate() {
-            self.stage.store(slot * RECORD_WORDS + i, *w);
+            self.link.stage.words.store(slot * RECORD_WORDS + i, *w);
         }
+        let stage_lkey = self.link.stage.keys(p).lkey;
+        let stage_addr = self.link.stage.addr();
+        let peer = self.link.peer_addr;
+        let path = self.link.path_mut(p);
         let mut wrs: Vec<SendWr> = b
             .writes
             .iter()
@@ -81,45 +111,147 @@ impl SendComm {
             wr_id: b.record_wr_id,
             op: SendOp::WriteWithImm(b.imm()),
             local: Sge {
-                addr: self.stage.addr() + slot * RECORD_BYTES,
+                addr: stage_addr + slot * RECORD_BYTES,
                 len: RECORD_BYTES,
-                lkey: self.stage_mr.keys().lkey,
+                lkey: stage_lkey,
             },
-            remote_addr: self.peer_records.addr + (slot * RECORD_BYTES) as u64,
-            rkey: self.peer_records.rkey,
+            remote_addr: peer + (slot * RECORD_BYTES) as u64,
+            rkey: path.peer_rkey,
             signaled: true,
         });
-        if let Err(e) = self.path.qp.post_send(&wrs) {
-            self.machine.fail(ProtoError::Failed {
-                status: crate::fabric::WcStatus::LocQpOpErr,
-                what: "posting the payload writes",
-            });
-            return Err(e.into());
+        if let Err(e) = path.post(&wrs) {
+            let ev = self.link.path_error(
+                p,
+                crate::fabric::WcStatus::LocQpOpErr,
+                format!("posting payload writes: {e}"),
+            );
+            self.on_event(ev);
         }
-        Ok(())
     }
 
     /// `Ok(Some(size))` once the send completed.
     pub fn test(&mut self, id: ReqId) -> Result<Option<u64>> {
-        self.drain();
+        self.pump();
         Ok(self.machine.test(id)?)
     }
 
-    fn drain(&mut self) {
-        for _ in 0..self.max_poll {
-            match self.path.route.inbox.pop() {
-                Some(c) => self.machine.on_completion(&c),
-                None => break,
-            }
+    /// Drain completions, run the periodic duties, advance a failover.
+    fn pump(&mut self) {
+        for c in self.link.poll(self.link.cfg.max_poll) {
+            let ev = self.link.classify(c);
+            self.on_event(ev);
+        }
+        let ev = self.link.tick();
+        self.on_event(ev);
+        self.advance_failover();
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Data(c) => self.machine.on_completion(&c),
+            Event::Ctrl(m) => self.on_ctrl(m),
+            Event::Fatal(e) => self.machine.fail(e),
+            Event::Nothing => {}
         }
     }
 
-    pub fn device(&self) -> usize {
-        self.path.lease.dev.dev
+    fn on_ctrl(&mut self, m: CtrlMsg) {
+        match m.kind {
+            CtrlKind::Switch if m.epoch == self.link.epoch => {
+                if matches!(self.link.phase, Phase::Normal) {
+                    let ev = self.link.peer_failover();
+                    self.on_event(ev);
+                }
+                if let Phase::Failing(f) = &mut self.link.phase {
+                    f.switch = Some(m.a);
+                }
+            }
+            CtrlKind::RearmAck => self.link.on_rearm_ack(&m),
+            _ => tracing::debug!("NET/HA : {}: ignored control {:?}", self.link.name, m),
+        }
     }
 
-    /// The device resources registrations for this connection are made on.
-    pub fn device_res(&self) -> &std::sync::Arc<crate::engine::DeviceRes> {
-        &self.path.lease.dev
+    fn advance_failover(&mut self) {
+        let Phase::Failing(f) = &self.link.phase else {
+            return;
+        };
+        let f = f.clone();
+        let drained = self.link.paths[f.from]
+            .as_ref()
+            .is_none_or(|p| p.drained())
+            || f.since.elapsed() > self.link.cfg.drain_watchdog();
+        if !drained {
+            return;
+        }
+        match f.switch {
+            Some(delivered) => {
+                let dev = self.link.path(f.to).device().clone();
+                let slot_mrs = &self.slot_mrs;
+                let replay = self.machine.apply_switch(
+                    &self.link.region.words,
+                    delivered,
+                    |slot, _, addr, size| {
+                        slot_mrs[slot]
+                            .1
+                            .iter()
+                            .find(|m| m.contains(addr as usize, size as usize))
+                            .and_then(|m| m.keys_for(&dev).ok())
+                            .map(|k| k.lkey)
+                    },
+                );
+                let Ok(replay) = replay else {
+                    return; // the machine is failed and says why
+                };
+                self.link.active = f.to;
+                for b in &replay {
+                    self.post(f.to, b);
+                }
+                self.link.finish_switch(f.to, replay.len());
+            }
+            None if !f.requested => {
+                let msg = CtrlMsg {
+                    kind: CtrlKind::SwitchReq,
+                    epoch: self.link.epoch,
+                    a: self.machine.posted_upto(),
+                    b: 0,
+                    endpoint: Vec::new(),
+                };
+                match self.link.send_ctrl(f.to, &msg) {
+                    Ok(()) => {
+                        if let Phase::Failing(f) = &mut self.link.phase {
+                            f.requested = true;
+                        }
+                    }
+                    Err(e) => {
+                        let ev = self.link.path_error(
+                            f.to,
+                            crate::fabric::WcStatus::LocQpOpErr,
+                            format!("switch request: {e}"),
+                        );
+                        self.on_event(ev);
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+
+    pub fn device_res(&self) -> &Arc<crate::engine::DeviceRes> {
+        self.link.path(self.link.active).device()
+    }
+
+    /// Devices of the standby (for eager registration).
+    pub fn devices(&self) -> Vec<Arc<crate::engine::DeviceRes>> {
+        self.link.paths.iter().flatten().map(|p| p.device().clone()).collect()
+    }
+
+    pub fn stats(&self) -> &super::stats::Stats {
+        &self.link.stats
+    }
+}
+
+impl Drop for SendComm {
+    fn drop(&mut self) {
+        self.link.report(0);
     }
 }

@@ -7,6 +7,11 @@
 //! * **Completion records** (in the receiver, written by the sender's WRITE_WITH_IMM):
 //!   [`FIFO_DEPTH`] records of [`RECORD_WORDS`] words `{seq, nreqs | status << 32, sizes[8]}`.
 //!   The immediate carries the low 32 bits of `seq`.
+//! * **Immediates**: a data immediate is `seq & 0x7fff_ffff`; a control immediate has the top
+//!   bit set: `1 << 31 | mailbox slot << 24 | control sequence (24 bits)`.
+//! * **Control mailbox** (after the FIFO in the sender's region, after the records in the
+//!   receiver's): [`MAILBOX_SLOTS`] messages of [`CTRL_WORDS`] words, written with
+//!   WRITE_WITH_IMM over whichever path is alive (switch handshake, re-arm).
 //! * `wr_id`: `kind << 56 | index << 48 | seq (48 bits)`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +25,100 @@ pub const RECORD_WORDS: usize = 2 + MAX_RECVS;
 pub const RECORD_BYTES: usize = RECORD_WORDS * 8;
 /// Record size meaning "this send was larger than the receive buffer".
 pub const SIZE_TRUNCATED: u64 = u64::MAX;
+
+pub const MAILBOX_SLOTS: usize = 8;
+pub const CTRL_WORDS: usize = 16;
+pub const MAILBOX_WORDS: usize = MAILBOX_SLOTS * CTRL_WORDS;
+/// Words of the sender's remotely written region: CTS FIFO, then mailbox.
+pub const SEND_REGION_WORDS: usize = FIFO_DEPTH * CTS_SLOT_WORDS + MAILBOX_WORDS;
+/// Words of the receiver's remotely written region: completion records, then mailbox.
+pub const RECV_REGION_WORDS: usize = FIFO_DEPTH * RECORD_WORDS + MAILBOX_WORDS;
+const CTRL_BIT: u32 = 1 << 31;
+
+/// The immediate of data sequence number `seq`.
+pub fn data_imm(seq: u64) -> u32 {
+    (seq & 0x7fff_ffff) as u32
+}
+
+/// Control immediate for mailbox `slot`, control sequence `n`.
+pub fn ctrl_imm(slot: usize, n: u64) -> u32 {
+    CTRL_BIT | ((slot as u32 & 7) << 24) | (n as u32 & 0x00ff_ffff)
+}
+
+/// `Some(mailbox slot)` when `imm` is a control immediate.
+pub fn ctrl_slot(imm: u32) -> Option<usize> {
+    (imm & CTRL_BIT != 0).then_some(((imm >> 24) & 7) as usize)
+}
+
+/// Kinds of control messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtrlKind {
+    /// Receiver → sender: "my primary is fenced; I delivered up to `a`, posted up to `b`; the
+    /// open clear-to-sends were re-posted on the new path".
+    Switch = 1,
+    /// Sender → receiver: "my path failed, fence yours and tell me what you delivered".
+    SwitchReq = 2,
+    /// Sender → receiver: "here is a new queue pair for path `a`" (endpoint).
+    Rearm = 3,
+    /// Receiver → sender: "my new queue pair for path `a`" (endpoint).
+    RearmAck = 4,
+}
+
+/// A control message (at most 64 endpoint bytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CtrlMsg {
+    pub kind: CtrlKind,
+    pub epoch: u32,
+    pub a: u64,
+    pub b: u64,
+    pub endpoint: Vec<u8>,
+}
+
+impl CtrlMsg {
+    pub fn encode(&self, n: u64) -> [u64; CTRL_WORDS] {
+        let mut w = [0u64; CTRL_WORDS];
+        w[0] = self.kind as u64 | ((self.epoch as u64) << 32);
+        w[1] = self.a;
+        w[2] = self.b;
+        w[3] = self.endpoint.len().min(64) as u64;
+        for (i, chunk) in self.endpoint.chunks(8).take(8).enumerate() {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            w[4 + i] = u64::from_le_bytes(b);
+        }
+        w[CTRL_WORDS - 1] = n;
+        w
+    }
+
+    /// Decode mailbox slot `slot` of `region` starting at word `base`; `None` if malformed.
+    pub fn read(region: &SharedWords, base: usize, slot: usize) -> Option<CtrlMsg> {
+        let b = base + slot * CTRL_WORDS;
+        let w0 = region.load(b);
+        let kind = match w0 as u32 {
+            1 => CtrlKind::Switch,
+            2 => CtrlKind::SwitchReq,
+            3 => CtrlKind::Rearm,
+            4 => CtrlKind::RearmAck,
+            _ => return None,
+        };
+        let len = region.load(b + 3) as usize;
+        if len > 64 {
+            return None;
+        }
+        let mut endpoint = Vec::with_capacity(len);
+        for i in 0..len.div_ceil(8) {
+            endpoint.extend_from_slice(&region.load(b + 4 + i).to_le_bytes());
+        }
+        endpoint.truncate(len);
+        Some(CtrlMsg {
+            kind,
+            epoch: (w0 >> 32) as u32,
+            a: region.load(b + 1),
+            b: region.load(b + 2),
+            endpoint,
+        })
+    }
+}
 
 /// Word-addressed memory shared with the fabric (registered, remotely written or read).
 /// Its address never changes while it lives.
@@ -78,11 +177,7 @@ pub fn encode_cts(entries: &[CtsEntry], seq: u64) -> [u64; CTS_SLOT_WORDS] {
 
 /// Read slot `slot` of a CTS FIFO if it carries `seq`; `None` if not posted yet.
 /// A slot with an impossible entry count is reported as `Err(nreqs)`.
-pub fn read_cts(
-    fifo: &SharedWords,
-    slot: usize,
-    seq: u64,
-) -> Result<Option<Vec<CtsEntry>>, u64> {
+pub fn read_cts(fifo: &SharedWords, slot: usize, seq: u64) -> Result<Option<Vec<CtsEntry>>, u64> {
     let base = slot * CTS_SLOT_WORDS;
     if fifo.load_acquire(base + CTS_SLOT_WORDS - 1) != seq {
         return Ok(None);
@@ -146,6 +241,10 @@ pub enum WrKind {
     Data = 2,
     Record = 3,
     Recv = 4,
+    /// A zero-length keep-alive write probing the peer.
+    Probe = 5,
+    /// A control message (switch handshake, re-arm).
+    Ctrl = 6,
 }
 
 const SEQ_MASK: u64 = (1 << 48) - 1;
@@ -161,6 +260,8 @@ pub fn decode_wr_id(id: u64) -> (Option<WrKind>, u64, u8) {
         2 => Some(WrKind::Data),
         3 => Some(WrKind::Record),
         4 => Some(WrKind::Recv),
+        5 => Some(WrKind::Probe),
+        6 => Some(WrKind::Ctrl),
         _ => None,
     };
     (kind, id & SEQ_MASK, (id >> 48) as u8)

@@ -8,6 +8,8 @@ pub mod layout;
 pub mod recv;
 pub mod send;
 #[cfg(test)]
+mod failover_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::fabric::WcStatus;
@@ -45,7 +47,10 @@ pub enum ProtoError {
     #[error("completion record {what}: the peer's record is corrupted")]
     CorruptRecord { what: &'static str },
     #[error("{what} failed with completion status {status:?}")]
-    Failed { status: WcStatus, what: &'static str },
+    Failed {
+        status: WcStatus,
+        what: &'static str,
+    },
     #[error("unknown or already completed request")]
     BadRequest,
 }
@@ -88,6 +93,12 @@ impl<T> Slab<T> {
         s.0 = s.0.wrapping_add(1);
         s.1 = Some(v);
         Some(ReqId { index, gen: s.0 })
+    }
+    pub fn get(&self, id: ReqId) -> Option<&T> {
+        match self.slots.get(id.index as usize) {
+            Some((g, Some(v))) if *g == id.gen => Some(v),
+            _ => None,
+        }
     }
     pub fn get_mut(&mut self, id: ReqId) -> Option<&mut T> {
         match self.slots.get_mut(id.index as usize) {

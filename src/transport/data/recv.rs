@@ -3,7 +3,7 @@
 //! completion whose sequence number is not pending (already done) is dropped and counted.
 
 use super::layout::{
-    decode_wr_id, encode_cts, read_record, wr_id, CtsEntry, SharedWords, WrKind, CTS_SLOT_WORDS,
+    data_imm, decode_wr_id, encode_cts, read_record, wr_id, CtsEntry, SharedWords, WrKind, CTS_SLOT_WORDS,
     FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
 };
 use super::{ProtoError, ReqId, Slab};
@@ -21,7 +21,7 @@ pub struct RecvPost {
 }
 
 enum State {
-    Pending { seq: u64, caps: Vec<u64> },
+    Pending { seq: u64, entries: Vec<CtsEntry> },
     Done(Vec<u64>),
     Failed(ProtoError),
 }
@@ -33,6 +33,8 @@ pub struct RecvSide {
     reqs: Slab<State>,
     failed: Option<ProtoError>,
     duplicates: u64,
+    /// Highest sequence number whose immediate arrived (deliveries are in order).
+    delivered: u64,
 }
 
 impl Default for RecvSide {
@@ -49,6 +51,7 @@ impl RecvSide {
             reqs: Slab::new(FIFO_DEPTH),
             failed: None,
             duplicates: 0,
+            delivered: 0,
         }
     }
 
@@ -65,6 +68,42 @@ impl RecvSide {
     /// Completions dropped because their sequence number was already done.
     pub fn duplicates(&self) -> u64 {
         self.duplicates
+    }
+
+    /// Highest sequence number delivered (its immediate arrived).
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// Highest sequence number posted.
+    pub fn posted_upto(&self) -> u64 {
+        self.next_seq - 1
+    }
+
+    /// Receives posted but not delivered, in order: (seq, FIFO slot, advertised entries).
+    /// After a switch of path their clear-to-sends are re-posted with the new path's keys.
+    pub fn open_requests(&self) -> Vec<(u64, usize, Vec<CtsEntry>)> {
+        let mut open: Vec<(u64, usize, Vec<CtsEntry>)> = self
+            .by_slot
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, id)| {
+                let id = (*id)?;
+                match self.reqs.get(id)? {
+                    State::Pending { seq, entries } if *seq > self.delivered => {
+                        Some((*seq, slot, entries.clone()))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        open.sort_by_key(|o| o.0);
+        open
+    }
+
+    /// Encode a re-posted clear-to-send for `seq` with `entries` (new keys).
+    pub fn repost(seq: u64, entries: &[CtsEntry]) -> [u64; CTS_SLOT_WORDS] {
+        encode_cts(entries, seq)
     }
 
     pub fn live_requests(&self) -> usize {
@@ -87,7 +126,7 @@ impl RecvSide {
         }
         let Some(id) = self.reqs.insert(State::Pending {
             seq,
-            caps: bufs.iter().map(|b| b.size).collect(),
+            entries: bufs.to_vec(),
         }) else {
             return Ok(None);
         };
@@ -112,6 +151,7 @@ impl RecvSide {
             let what = match kind {
                 Some(WrKind::Cts) => "clear-to-send write",
                 Some(WrKind::Recv) => "receive",
+                Some(WrKind::Probe) => "keep-alive probe of the peer",
                 _ => "receive-side work request",
             };
             self.fail(ProtoError::Failed {
@@ -134,15 +174,17 @@ impl RecvSide {
             self.duplicates += 1;
             return;
         };
-        let Some(State::Pending { seq, caps }) = self.reqs.get_mut(id) else {
+        let Some(State::Pending { seq, entries }) = self.reqs.get_mut(id) else {
             self.duplicates += 1;
             return;
         };
-        if *seq as u32 != imm {
+        if data_imm(*seq) != imm {
             self.duplicates += 1;
             return;
         }
-        let (seq, caps) = (*seq, std::mem::take(caps));
+        let seq = *seq;
+        let caps: Vec<u64> = entries.iter().map(|e| e.size).collect();
+        self.delivered = self.delivered.max(seq);
         let rec = read_record(records, slot);
         let next = if rec.seq != seq {
             State::Failed(ProtoError::CorruptRecord {

@@ -30,7 +30,7 @@ pub struct DataWrite {
 
 /// Everything to post once all sends of a (multi-)receive are matched: the payload writes,
 /// then one signaled WRITE_WITH_IMM of `record` into the receiver's record slot `seq % 32`
-/// with immediate `seq as u32`.
+/// with immediate [`super::layout::data_imm`]`(seq)`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SendBatch {
     pub seq: u64,
@@ -44,7 +44,7 @@ impl SendBatch {
         (self.seq % FIFO_DEPTH as u64) as usize
     }
     pub fn imm(&self) -> u32 {
-        self.seq as u32
+        super::layout::data_imm(self.seq)
     }
 }
 
@@ -66,6 +66,8 @@ enum GroupState {
 struct Group {
     seq: u64,
     state: GroupState,
+    /// The matched entries and sends, kept until done for a replay on another path.
+    matched: Vec<SendArgs>,
     /// Requests of this group not yet returned done/failed to the caller.
     live: usize,
 }
@@ -99,6 +101,7 @@ impl SendSide {
                 .map(|_| Group {
                     seq: 0,
                     state: GroupState::Free,
+                    matched: Vec::new(),
                     live: 0,
                 })
                 .collect(),
@@ -158,7 +161,8 @@ impl SendSide {
             }
         }
         let m = self.cur.as_mut().expect("matching slot");
-        let Some(i) = (0..m.entries.len()).find(|&i| m.entries[i].tag == a.tag && m.matched[i].is_none())
+        let Some(i) =
+            (0..m.entries.len()).find(|&i| m.entries[i].tag == a.tag && m.matched[i].is_none())
         else {
             return Err(ProtoError::TagMismatch(a.tag));
         };
@@ -183,15 +187,20 @@ impl SendSide {
         g.seq = m.seq;
         g.state = GroupState::Posted;
         g.live = m.entries.len() - m.finished_early;
+        g.matched = m.matched.iter().map(|a| a.expect("all matched")).collect();
         self.next_seq += 1;
         Ok(Some((id, Some(batch))))
     }
 
     fn build(m: &Matching) -> SendBatch {
+        let matched: Vec<SendArgs> = m.matched.iter().map(|a| a.expect("all matched")).collect();
+        Self::batch(m.seq, &m.entries, &matched)
+    }
+
+    fn batch(seq: u64, entries: &[CtsEntry], matched: &[SendArgs]) -> SendBatch {
         let mut sizes = [0u64; MAX_RECVS];
         let mut writes = Vec::new();
-        for (i, (e, a)) in m.entries.iter().zip(&m.matched).enumerate() {
-            let a = a.expect("all matched");
+        for (i, (e, a)) in entries.iter().zip(matched).enumerate() {
             if a.size > e.size {
                 sizes[i] = SIZE_TRUNCATED;
                 continue;
@@ -199,7 +208,7 @@ impl SendSide {
             sizes[i] = a.size;
             if a.size > 0 {
                 writes.push(DataWrite {
-                    wr_id: wr_id(WrKind::Data, m.seq, i as u8),
+                    wr_id: wr_id(WrKind::Data, seq, i as u8),
                     local_addr: a.addr,
                     len: a.size,
                     lkey: a.lkey,
@@ -209,26 +218,107 @@ impl SendSide {
             }
         }
         let record = encode_record(&Record {
-            seq: m.seq,
-            nreqs: m.entries.len() as u32,
+            seq,
+            nreqs: entries.len() as u32,
             status: 0,
             sizes,
         });
         SendBatch {
-            seq: m.seq,
+            seq,
             writes,
             record,
-            record_wr_id: wr_id(WrKind::Record, m.seq, 0),
+            record_wr_id: wr_id(WrKind::Record, seq, 0),
         }
     }
 
-    /// Apply one completion of this connection's QP.
+    /// Highest sequence number posted so far (0: none).
+    pub fn posted_upto(&self) -> u64 {
+        self.next_seq - 1
+    }
+
+    /// The switch to another path, once the old one is fenced and drained: the receiver
+    /// delivered everything up to `delivered` and re-posted its open clear-to-sends (with keys
+    /// of the new path) into `fifo`. Groups it delivered complete; the others are rebuilt from
+    /// the re-posted entries and returned, in order, for a replay on the new path. `lkey`
+    /// gives the new path's key for (slot, entry index, address, size) of a posted send.
+    pub fn apply_switch(
+        &mut self,
+        fifo: &SharedWords,
+        delivered: u64,
+        mut lkey: impl FnMut(usize, usize, u64, u64) -> Option<u32>,
+    ) -> Result<Vec<SendBatch>, ProtoError> {
+        if delivered > self.posted_upto() {
+            let e = ProtoError::CorruptRecord {
+                what: "of the switch claims more than was sent",
+            };
+            self.fail(e.clone());
+            return Err(e);
+        }
+        let mut posted: Vec<usize> = (0..FIFO_DEPTH)
+            .filter(|&i| self.groups[i].state == GroupState::Posted)
+            .collect();
+        posted.sort_by_key(|&i| self.groups[i].seq);
+        let mut replay = Vec::new();
+        for i in posted {
+            let g = &mut self.groups[i];
+            if g.seq <= delivered {
+                g.state = if g.live == 0 {
+                    GroupState::Free
+                } else {
+                    GroupState::Done
+                };
+                continue;
+            }
+            let entries = match read_cts(fifo, i, g.seq) {
+                Ok(Some(e)) if e.len() == g.matched.len() => e,
+                _ => {
+                    let e = ProtoError::BadCts(g.seq);
+                    self.fail(e.clone());
+                    return Err(e);
+                }
+            };
+            let mut args = g.matched.clone();
+            for (k, a) in args.iter_mut().enumerate() {
+                if a.size > 0 && a.size <= entries[k].size {
+                    a.lkey = lkey(i, k, a.addr, a.size).ok_or(ProtoError::Failed {
+                        status: WcStatus::LocProtErr,
+                        what: "registering a replayed send on the new path",
+                    })?;
+                }
+            }
+            replay.push(Self::batch(g.seq, &entries, &args));
+        }
+        // A receive being matched was advertised with the old path's keys: re-read it.
+        if let Some(m) = self.cur.as_mut() {
+            let slot = (m.seq % FIFO_DEPTH as u64) as usize;
+            for (k, a) in m.matched.iter_mut().enumerate() {
+                if let Some(a) = a.as_mut().filter(|a| a.size > 0) {
+                    a.lkey = lkey(slot, k, a.addr, a.size).ok_or(ProtoError::Failed {
+                        status: WcStatus::LocProtErr,
+                        what: "registering a matched send on the new path",
+                    })?;
+                }
+            }
+            match read_cts(fifo, slot, m.seq) {
+                Ok(Some(e)) if e.len() == m.entries.len() => m.entries = e,
+                _ => {
+                    let e = ProtoError::BadCts(m.seq);
+                    self.fail(e.clone());
+                    return Err(e);
+                }
+            }
+        }
+        Ok(replay)
+    }
+
+    /// Apply one completion of this connection's active path.
     pub fn on_completion(&mut self, c: &Completion) {
         let (kind, seq, _) = super::layout::decode_wr_id(c.wr_id);
         if c.status != WcStatus::Success {
             let what = match kind {
                 Some(WrKind::Data) => "payload RDMA write",
                 Some(WrKind::Record) => "completion-record write",
+                Some(WrKind::Probe) => "keep-alive probe of the peer",
                 _ => "send work request",
             };
             self.fail(ProtoError::Failed {

@@ -53,7 +53,7 @@ fn recv_completion(seq: u64) -> Completion {
         status: WcStatus::Success,
         opcode: WcOpcode::RecvRdmaWithImm,
         byte_len: RECORD_BYTES as u32,
-        imm: Some(seq as u32),
+        imm: Some(data_imm(seq)),
     }
 }
 
@@ -117,9 +117,16 @@ fn multi_recv_matches_tags_in_any_order_and_completes_together() {
     for (k, &t) in tags.iter().rev().enumerate() {
         let addr = 0x9000 + k as u64;
         src.insert(addr, vec![t as u8; 50 + t as usize]);
-        let (id, b) = s.isend(&w.fifo, args(addr, 50 + t as u64, t)).unwrap().unwrap();
+        let (id, b) = s
+            .isend(&w.fifo, args(addr, 50 + t as u64, t))
+            .unwrap()
+            .unwrap();
         sids.push((id, 50 + t as u64));
-        assert_eq!(b.is_some(), k == tags.len() - 1, "posted only when all matched");
+        assert_eq!(
+            b.is_some(),
+            k == tags.len() - 1,
+            "posted only when all matched"
+        );
         batch = b;
     }
     let batch = batch.unwrap();
@@ -133,7 +140,10 @@ fn multi_recv_matches_tags_in_any_order_and_completes_together() {
     for (i, &t) in tags.iter().enumerate() {
         let buf = &w.mem[&bufs[i].addr];
         assert!(buf[..50 + t as usize].iter().all(|&x| x == t as u8));
-        assert!(buf[50 + t as usize..].iter().all(|&x| x == 0), "no byte past the send");
+        assert!(
+            buf[50 + t as usize..].iter().all(|&x| x == 0),
+            "no byte past the send"
+        );
     }
     s.on_completion(&send_completion(&batch, WcStatus::Success));
     for (id, size) in sids {

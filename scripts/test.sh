@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite (what CI runs): lint, unit and integration tests, and the C-ABI check of
+# the built plugin through the harness.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+if cargo fmt --version >/dev/null 2>&1; then
+  cargo fmt --all -- --check
+else echo "test: cargo fmt not installed, format check skipped"; fi
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --locked --all-targets -- -D warnings
+else echo "test: cargo clippy not installed, lint skipped"; fi
+cargo build --locked --lib --bins
+cargo test --locked -- --test-threads=2
+bash scripts/build.sh
+HA_NCCL_FABRIC=sock NCCL_SOCKET_IFNAME=lo \
+  dist/ha-harness check --plugin dist/libnccl-net-ha.so --mode procs

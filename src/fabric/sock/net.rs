@@ -1,0 +1,295 @@
+//! Socket plumbing for the `sock` fabric: source-bound non-blocking connect, listener,
+//! socket options, gathered `sendmsg` and raw `recv` into caller memory. All `libc` here.
+
+use std::io;
+use std::mem;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// Socket buffer size asked for data streams (only where the kernel lets us force it).
+const SOCK_BUF_BYTES: libc::c_int = 4 << 20;
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A `sockaddr_storage` and its length for `addr`.
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
+            mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in6.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `v` outlives the call and the length passed is its size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &v as *const libc::c_int as *const libc::c_void,
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+/// Large buffers where allowed: `SO_*BUFFORCE` (root) pins 4 MiB; otherwise the kernel's
+/// autotuning is left alone (a plain `SO_*BUF` would cap it at `net.core.*mem_max`).
+fn big_buffers(fd: RawFd) {
+    let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SOCK_BUF_BYTES);
+    let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, SOCK_BUF_BYTES);
+}
+
+/// Options of every data stream: no Nagle, big buffers, blocking, receive timeout `tick`.
+pub fn tune_stream(s: &TcpStream, tick: Duration) -> io::Result<()> {
+    s.set_nodelay(true)?;
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(tick))?;
+    big_buffers(s.as_raw_fd());
+    Ok(())
+}
+
+/// A listener on `ip:0` (accepted streams inherit its buffer sizes).
+pub fn listen(ip: IpAddr) -> io::Result<TcpListener> {
+    let family = if ip.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let fd = cvt(unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    big_buffers(fd.as_raw_fd());
+    let (ss, len) = sockaddr(SocketAddr::new(ip, 0));
+    // SAFETY: `ss` holds a valid address of length `len`.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            &ss as *const _ as *const libc::sockaddr,
+            len,
+        )
+    })?;
+    // SAFETY: listen(2) on a descriptor we own.
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), 1024) })?;
+    Ok(TcpListener::from(fd))
+}
+
+/// Wait up to `ms` for `events` on `fd`; returns the revents (0 on timeout).
+pub fn poll_one(fd: RawFd, events: libc::c_short, ms: libc::c_int) -> io::Result<libc::c_short> {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(if n == 0 { 0 } else { p.revents })
+}
+
+/// Connect to `dst` from `src` (port 0), so traffic leaves through the rail owning `src`.
+/// Gives up at `deadline`, or early when `abort()` turns true (checked every few ms).
+pub fn connect_from(
+    src: IpAddr,
+    dst: SocketAddr,
+    deadline: Instant,
+    abort: &dyn Fn() -> bool,
+) -> io::Result<TcpStream> {
+    let family = if src.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let fd = cvt(unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    })?;
+    // SAFETY: `fd` is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let raw = fd.as_raw_fd();
+    big_buffers(raw);
+    setsockopt_int(raw, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
+    let (ss, len) = sockaddr(SocketAddr::new(src, 0));
+    // SAFETY: `ss` holds a valid address of length `len`.
+    cvt(unsafe { libc::bind(raw, &ss as *const _ as *const libc::sockaddr, len) })?;
+    let (ds, dlen) = sockaddr(dst);
+    // SAFETY: `ds` holds a valid address of length `dlen`.
+    let r = unsafe { libc::connect(raw, &ds as *const _ as *const libc::sockaddr, dlen) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+        loop {
+            if abort() {
+                return Err(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    "connect aborted",
+                ));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));
+            }
+            let ms = (deadline - now).as_millis().clamp(1, 20) as libc::c_int;
+            if poll_one(raw, libc::POLLOUT, ms)? != 0 {
+                break;
+            }
+        }
+        let mut err: libc::c_int = 0;
+        let mut elen = mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `err`/`elen` are valid out-parameters of the right size.
+        cvt(unsafe {
+            libc::getsockopt(
+                raw,
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                &mut err as *mut libc::c_int as *mut libc::c_void,
+                &mut elen,
+            )
+        })?;
+        if err != 0 {
+            return Err(io::Error::from_raw_os_error(err));
+        }
+    }
+    Ok(TcpStream::from(fd))
+}
+
+/// Send every byte described by `iovs` (which is consumed/adjusted in place).
+pub fn sendmsg_all(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
+    let mut first = 0;
+    while first < iovs.len() {
+        if iovs[first].iov_len == 0 {
+            first += 1;
+            continue;
+        }
+        let rest = &mut iovs[first..];
+        let n_iov = rest.len().min(1024);
+        // SAFETY: msghdr is plain old data; all-zero is valid.
+        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_iov = rest.as_mut_ptr();
+        msg.msg_iovlen = n_iov as _;
+        // SAFETY: the iovecs point at memory the caller keeps valid for the call (headers on
+        // its stack/buffers, payloads inside pinned registrations); MSG_NOSIGNAL avoids SIGPIPE.
+        let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let mut n = r as usize;
+        while n > 0 {
+            let iov = &mut iovs[first];
+            if n >= iov.iov_len {
+                n -= iov.iov_len;
+                iov.iov_len = 0;
+                first += 1;
+            } else {
+                // SAFETY: advancing within the same buffer by fewer bytes than its length.
+                iov.iov_base = unsafe { (iov.iov_base as *mut u8).add(n) } as *mut libc::c_void;
+                iov.iov_len -= n;
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An iovec over `len` bytes at `ptr`.
+pub fn iov(ptr: *const u8, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: ptr as *mut libc::c_void,
+        iov_len: len,
+    }
+}
+
+/// Outcome of one `recv`.
+pub enum Recv {
+    Data(usize),
+    Eof,
+    /// The receive timeout expired with nothing read.
+    Idle,
+}
+
+/// One `recv` of up to `len` bytes into `dst`.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes for the duration of the call.
+pub unsafe fn recv_into(fd: RawFd, dst: *mut u8, len: usize) -> io::Result<Recv> {
+    loop {
+        // SAFETY: the caller guarantees `dst..dst+len` is writable.
+        let r = unsafe { libc::recv(fd, dst as *mut libc::c_void, len, 0) };
+        if r > 0 {
+            return Ok(Recv::Data(r as usize));
+        }
+        if r == 0 {
+            return Ok(if len == 0 { Recv::Data(0) } else { Recv::Eof });
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => return Ok(Recv::Idle),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// `shutdown(2)` both directions, ignoring errors (used to unblock threads).
+pub fn shutdown(fd: RawFd) {
+    // SAFETY: shutdown(2) on a descriptor the caller keeps open; errors are irrelevant.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}

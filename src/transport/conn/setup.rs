@@ -1,0 +1,122 @@
+//! Building a connection's paths and memory, shared by the connector and the acceptor: the
+//! primary on NCCL's device, the standby on another device (`ha::standby_for`), the side's
+//! regions registered on both, and the parameters offered to the peer.
+
+use super::error::{Error, Result};
+use super::ha::{parse_standby_map, standby_for, HaCfg};
+use super::link::{Link, LinkParts, Role};
+use super::path::Path;
+use super::region::Region;
+use crate::engine::Engine;
+use crate::fabric::Access;
+use crate::transport::data::layout::{
+    CTS_SLOT_WORDS, FIFO_DEPTH, MAILBOX_WORDS, RECORD_WORDS, RECV_REGION_WORDS,
+    SEND_REGION_WORDS,
+};
+use crate::transport::handle::flags;
+use crate::transport::handshake::{Params, PathParams};
+use std::sync::Arc;
+
+/// A side's paths and memory before the peer's parameters are known.
+pub struct Half {
+    pub role: Role,
+    pub paths: Vec<Path>,
+    pub region: Region,
+    pub stage: Region,
+    pub ctrl_stage: Region,
+}
+
+impl Half {
+    /// Open the paths (primary on `dev`, standby if enabled and available) and register.
+    pub fn open(engine: &Arc<Engine>, dev: usize, role: Role, cfg: &HaCfg) -> Result<Half> {
+        let devs = engine.fabric().devices();
+        let mut paths = vec![Path::open(engine.lease(dev)?)?];
+        if cfg.enable_backup {
+            let map = parse_standby_map(&cfg.standby_map, devs.len()).map_err(Error::Usage)?;
+            if let Some(s) = standby_for(dev, devs, &map) {
+                paths.push(Path::open(engine.lease(s)?)?);
+            }
+        }
+        let (region_words, stage_words) = match role {
+            Role::Send => (SEND_REGION_WORDS, FIFO_DEPTH * RECORD_WORDS),
+            Role::Recv => (RECV_REGION_WORDS, FIFO_DEPTH * CTS_SLOT_WORDS),
+        };
+        let mut region = Region::new(region_words);
+        let mut stage = Region::new(stage_words);
+        let mut ctrl_stage = Region::new(MAILBOX_WORDS);
+        for (i, p) in paths.iter().enumerate() {
+            let pd = &*p.device().pd;
+            region.register(i, pd, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+            stage.register(i, pd, Access::LOCAL_WRITE)?;
+            ctrl_stage.register(i, pd, Access::LOCAL_WRITE)?;
+        }
+        Ok(Half {
+            role,
+            paths,
+            region,
+            stage,
+            ctrl_stage,
+        })
+    }
+
+    /// What this side offers the peer.
+    pub fn params(&self) -> Params {
+        Params {
+            flags: if self.paths.len() > 1 { flags::HA } else { 0 },
+            paths: self
+                .paths
+                .iter()
+                .enumerate()
+                .map(|(i, p)| PathParams {
+                    endpoint: p.qp.local_endpoint(),
+                    rkey: self.region.keys(i).rkey,
+                })
+                .collect(),
+            addr: self.region.addr() as u64,
+            len: self.region.len_bytes() as u32,
+        }
+    }
+
+    /// Keep as many paths as both sides have, and connect them to the peer's.
+    pub fn connect(&mut self, peer: &Params, who: &str) -> Result<()> {
+        let need = match self.role {
+            Role::Send => RECV_REGION_WORDS * 8,
+            Role::Recv => SEND_REGION_WORDS * 8,
+        };
+        if (peer.len as usize) < need {
+            return Err(Error::Usage(format!(
+                "peer {who} offered a region of {} bytes ({need} needed)",
+                peer.len
+            )));
+        }
+        let n = self.paths.len().min(peer.paths.len());
+        if n < self.paths.len() {
+            tracing::info!("NET/HA : peer {who} has no standby path: one path per connection");
+        }
+        self.paths.truncate(n);
+        for (p, pp) in self.paths.iter_mut().zip(&peer.paths) {
+            p.connect(pp)?;
+        }
+        Ok(())
+    }
+
+    /// The established link.
+    pub fn into_link(self, peer: &Params, cfg: &HaCfg, stats_file: &str) -> Link {
+        let (mailbox_base, peer_mailbox_off) = match self.role {
+            Role::Send => (FIFO_DEPTH * CTS_SLOT_WORDS, (FIFO_DEPTH * RECORD_WORDS * 8) as u64),
+            Role::Recv => (FIFO_DEPTH * RECORD_WORDS, (FIFO_DEPTH * CTS_SLOT_WORDS * 8) as u64),
+        };
+        Link::new(LinkParts {
+            paths: self.paths,
+            region: self.region,
+            stage: self.stage,
+            ctrl_stage: self.ctrl_stage,
+            mailbox_base,
+            peer_addr: peer.addr,
+            peer_mailbox_off,
+            role: self.role,
+            cfg: cfg.clone(),
+            stats_file: stats_file.to_string(),
+        })
+    }
+}

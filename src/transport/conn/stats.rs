@@ -1,0 +1,86 @@
+//! Per-connection statistics: bytes and work requests per path, failovers, replays,
+//! duplicates dropped, re-arms, the last failover. Logged at close and written as one JSON
+//! line per connection to `HA_NCCL_STATS_FILE`.
+
+use std::io::Write;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub bytes: [u64; 2],
+    pub wrs: [u64; 2],
+    pub failovers: u64,
+    pub replays: u64,
+    pub duplicates: u64,
+    pub rearms: u64,
+    /// Unix time (ms) of the last failover.
+    pub last_failover_unix_ms: u64,
+    /// Duration of the last failover (detection to switch), µs.
+    pub last_failover_us: u64,
+}
+
+impl Stats {
+    pub fn to_json(&self, comm: &str, role: &str, devices: &[String]) -> String {
+        let devs: Vec<String> = devices.iter().map(|d| format!("\"{}\"", d.replace('"', ""))).collect();
+        format!(
+            "{{\"comm\":\"{comm}\",\"role\":\"{role}\",\"devices\":[{}],\"bytes\":[{},{}],\"wrs\":[{},{}],\"failovers\":{},\"replays\":{},\"duplicates_dropped\":{},\"rearms\":{},\"last_failover_unix_ms\":{},\"last_failover_us\":{}}}",
+            devs.join(","),
+            self.bytes[0],
+            self.bytes[1],
+            self.wrs[0],
+            self.wrs[1],
+            self.failovers,
+            self.replays,
+            self.duplicates,
+            self.rearms,
+            self.last_failover_unix_ms,
+            self.last_failover_us
+        )
+    }
+
+    /// Log at close and append to the stats file (if any).
+    pub fn report(&self, comm: &str, role: &str, devices: &[String], file: &str) {
+        let json = self.to_json(comm, role, devices);
+        tracing::info!("NET/HA : stats {json}");
+        if !file.is_empty() {
+            let written = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(file)
+                .and_then(|mut f| writeln!(f, "{json}"));
+            if let Err(e) = written {
+                tracing::warn!("NET/HA : cannot write HA_NCCL_STATS_FILE={file}: {e}");
+            }
+        }
+    }
+}
+
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_every_field() {
+        let s = Stats {
+            bytes: [10, 20],
+            wrs: [1, 2],
+            failovers: 1,
+            replays: 3,
+            duplicates: 0,
+            rearms: 1,
+            last_failover_unix_ms: 5,
+            last_failover_us: 700,
+        };
+        let j = s.to_json("c1", "send", &["sock:a".into(), "sock:b".into()]);
+        assert_eq!(
+            j,
+            "{\"comm\":\"c1\",\"role\":\"send\",\"devices\":[\"sock:a\",\"sock:b\"],\"bytes\":[10,20],\"wrs\":[1,2],\"failovers\":1,\"replays\":3,\"duplicates_dropped\":0,\"rearms\":1,\"last_failover_unix_ms\":5,\"last_failover_us\":700}"
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! Shared helpers of the C-ABI integration tests: load the built `.so` once per test binary
+//! with the `sock` fabric on loopback, and build connections through it.
+#![allow(dead_code)]
+
+use nccl_net_ha::abi::loader::{Comm, Mr, PluginV8, Request};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub const NCCL_PTR_HOST: i32 = 1;
+
+/// `target/<profile>/libnccl_net_ha.so`, next to the `deps/` folder holding this test.
+pub fn so_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let so = dir.join("libnccl_net_ha.so");
+    assert!(
+        so.exists(),
+        "{} missing: run `cargo build` first",
+        so.display()
+    );
+    so
+}
+
+/// The plugin, initialised once with `extra` environment for this test binary.
+pub fn plugin_with(extra: &[(&str, &str)]) -> &'static PluginV8 {
+    static P: OnceLock<PluginV8> = OnceLock::new();
+    P.get_or_init(|| {
+        std::env::set_var("HA_NCCL_FABRIC", "sock");
+        std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+        for (k, v) in extra {
+            std::env::set_var(k, v);
+        }
+        let p = PluginV8::open(&so_path()).expect("dlopen plugin");
+        p.init().expect("init");
+        p
+    })
+}
+
+pub fn plugin() -> &'static PluginV8 {
+    plugin_with(&[])
+}
+
+/// A connected pair, driven the way NCCL's proxy does (non-blocking calls in a loop).
+/// Returns (send comm, recv comm, connect calls that returned NULL).
+pub fn connect_pair(p: &PluginV8) -> (Comm, Comm, usize) {
+    let (mut handle, listen) = p.listen(0).expect("listen");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut send, mut recv, mut nulls) = (None, None, 0);
+    while send.is_none() || recv.is_none() {
+        assert!(Instant::now() < deadline, "handshake did not finish");
+        if send.is_none() {
+            send = p.connect(0, &mut handle).expect("connect");
+            nulls += usize::from(send.is_none());
+        }
+        if recv.is_none() {
+            recv = p.accept(&listen).expect("accept");
+        }
+        std::thread::yield_now();
+    }
+    p.close_listen(listen).expect("closeListen");
+    (send.unwrap(), recv.unwrap(), nulls)
+}
+
+/// Poll `test` until done (or error), with a deadline.
+pub fn wait(
+    p: &PluginV8,
+    r: &Request,
+    sizes: &mut [i32],
+) -> Result<(), nccl_net_ha::abi::loader::NcclError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if p.test(r, sizes)? {
+            return Ok(());
+        }
+        assert!(Instant::now() < deadline, "request did not complete");
+        std::thread::yield_now();
+    }
+}
+
+/// Retry a call that may answer "try later" (a NULL request).
+pub fn until_some<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "call kept answering try-later");
+        std::thread::yield_now();
+    }
+}
+
+/// Deterministic content of message `seq` of `len` bytes.
+pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
+    let mut x = seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A registered buffer.
+pub struct RegBuf {
+    pub data: Vec<u8>,
+    pub mr: Option<Mr>,
+}
+
+impl RegBuf {
+    pub fn new(p: &PluginV8, comm: &Comm, data: Vec<u8>) -> RegBuf {
+        let mut data = data;
+        let mr = p
+            .reg_mr(comm, data.as_mut_ptr(), data.len(), NCCL_PTR_HOST)
+            .expect("regMr");
+        RegBuf { data, mr: Some(mr) }
+    }
+    pub fn ptr(&mut self) -> *mut u8 {
+        self.data.as_mut_ptr()
+    }
+    pub fn mr(&self) -> &Mr {
+        self.mr.as_ref().unwrap()
+    }
+    pub fn dereg(&mut self, p: &PluginV8, comm: &Comm) {
+        p.dereg_mr(comm, self.mr.take().unwrap()).expect("deregMr");
+    }
+}
