@@ -13,5 +13,11 @@ else echo "test: cargo clippy not installed, lint skipped"; fi
 cargo build --locked --lib --bins
 cargo test --locked -- --test-threads=2
 bash scripts/build.sh
+# The verbs fabric on real kernel verbs: Soft-RoCE (rdma_rxe) in a QEMU guest.
+if [ "${HA_SKIP_VM:-0}" = 1 ]; then
+  echo "test: HA_SKIP_VM=1, Soft-RoCE VM suite skipped"
+else
+  bash scripts/softroce/test-verbs.sh
+fi
 HA_NCCL_FABRIC=sock NCCL_SOCKET_IFNAME=lo \
   dist/ha-harness check --plugin dist/libnccl-net-ha.so --mode procs

@@ -201,6 +201,22 @@ pub const STATS_FILE: Param = Param {
     range: None,
 };
 
+pub const QP_TIMEOUT: Param = Param {
+    name: "HA_NCCL_QP_TIMEOUT",
+    kind: Kind::U32,
+    default: "14",
+    doc: "`verbs`: RC local ACK timeout exponent (4.096 us x 2^n; 14 = 67 ms). With `HA_NCCL_QP_RETRY_CNT` it sets how fast a dead link fails a queue pair.",
+    range: Some((1, 31)),
+};
+
+pub const QP_RETRY_CNT: Param = Param {
+    name: "HA_NCCL_QP_RETRY_CNT",
+    kind: Kind::U32,
+    default: "7",
+    doc: "`verbs`: RC transport retries before `RETRY_EXC_ERR` (0..7). Soft-RoCE (rxe) treats 7 as infinite: use 6 or less there.",
+    range: Some((0, 7)),
+};
+
 /// Every knob, in documentation order.
 pub const PARAMS: &[Param] = &[
     FABRIC,
@@ -219,6 +235,8 @@ pub const PARAMS: &[Param] = &[
     REARM_HOLD_MS,
     MR_POLICY,
     STATS_FILE,
+    QP_TIMEOUT,
+    QP_RETRY_CNT,
 ];
 
 /// Every knob's typed value.
@@ -256,6 +274,10 @@ pub struct Config {
     pub mr_eager: bool,
     /// `HA_NCCL_STATS_FILE` (empty = none).
     pub stats_file: String,
+    /// `HA_NCCL_QP_TIMEOUT`.
+    pub qp_timeout: u8,
+    /// `HA_NCCL_QP_RETRY_CNT`.
+    pub qp_retry_cnt: u8,
 }
 
 /// A knob whose value cannot be used. Each message names the variable, the offending value
@@ -341,6 +363,8 @@ impl Config {
             rearm_hold: Duration::from_millis(parse_number(&REARM_HOLD_MS, &text(&REARM_HOLD_MS))?),
             mr_eager: parse_enum(&MR_POLICY, &text(&MR_POLICY))? == 1,
             stats_file: text(&STATS_FILE).trim().to_string(),
+            qp_timeout: parse_number(&QP_TIMEOUT, &text(&QP_TIMEOUT))? as u8,
+            qp_retry_cnt: parse_number(&QP_RETRY_CNT, &text(&QP_RETRY_CNT))? as u8,
         })
     }
 }
@@ -825,6 +849,8 @@ mod tests {
             ("HA_NCCL_REARM_HOLD_MS", "23"),
             ("HA_NCCL_MR_POLICY", "eager"),
             ("HA_NCCL_STATS_FILE", "/tmp/s.json"),
+            ("HA_NCCL_QP_TIMEOUT", "12"),
+            ("HA_NCCL_QP_RETRY_CNT", "3"),
         ])
         .unwrap();
         let Config {
@@ -844,6 +870,8 @@ mod tests {
             rearm_hold,
             mr_eager,
             stats_file,
+            qp_timeout,
+            qp_retry_cnt,
         } = c;
         assert_eq!(fabric, FabricKind::Sock);
         assert_eq!(sock_rails, vec!["lo"]);
@@ -859,7 +887,8 @@ mod tests {
         assert_eq!(heartbeat, Duration::from_millis(19));
         assert_eq!(rearm_hold, Duration::from_millis(23));
         assert_eq!(stats_file, "/tmp/s.json");
-        assert_eq!(PARAMS.len(), 16, "one PARAMS row per Config field");
+        assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
+        assert_eq!(PARAMS.len(), 18, "one PARAMS row per Config field");
     }
 
     #[test]

@@ -87,7 +87,12 @@ fn build() -> ApiResult<Plugin> {
                 .map_err(|e| ApiError::new(Code::SystemError, e.to_string()))?,
             )
         }
-        FabricKind::Verbs => crate::fabric::verbs::open(&Default::default()).map_err(|e| {
+        FabricKind::Verbs => crate::fabric::verbs::open(&crate::fabric::verbs::VerbsConfig {
+            qp_timeout: cfg.qp_timeout,
+            qp_retry_cnt: cfg.qp_retry_cnt,
+            ..Default::default()
+        })
+        .map_err(|e| {
             ApiError::new(
                 Code::SystemError,
                 format!("HA_NCCL_FABRIC=verbs: {e}. On hosts without RDMA set HA_NCCL_FABRIC=sock"),
