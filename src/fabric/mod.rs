@@ -292,6 +292,13 @@ pub trait Fabric: Send + Sync {
     /// `"sock"` or `"verbs"`.
     fn kind(&self) -> &'static str;
     fn devices(&self) -> &[DeviceInfo];
+    /// Whether device `dev`'s port is usable as far as asynchronous events tell (verbs:
+    /// PORT_ERR / DEVICE_FATAL clear it, PORT_ACTIVE sets it again). This is the cheapest
+    /// failure signal: it arrives at once on a local link loss, while the queue pairs may take
+    /// seconds to fail. Fabrics without such events always answer `true`.
+    fn port_healthy(&self, _dev: usize) -> bool {
+        true
+    }
     /// Open a new protection domain on device `dev`. The engine keeps one per device and
     /// shares it between connections; the device's resources live as long as the PD does.
     fn open_pd(&self, dev: usize) -> Result<Arc<dyn ProtectionDomain>>;

@@ -172,6 +172,10 @@ impl Fabric for VerbsFabric {
         &self.devices
     }
 
+    fn port_healthy(&self, dev: usize) -> bool {
+        self.events.get(dev).is_none_or(|e| e.healthy())
+    }
+
     fn open_pd(&self, dev: usize) -> Result<Arc<dyn ProtectionDomain>> {
         let p = self
             .port_info(dev)

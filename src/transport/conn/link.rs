@@ -154,6 +154,12 @@ impl Link {
         self.paths[i].as_mut().expect("path present")
     }
 
+    /// What the fabric's asynchronous events say of path `i`'s port.
+    fn port_healthy(&self, i: usize) -> bool {
+        let h = &self.holds[i];
+        h.engine().fabric().port_healthy(h.dev.dev)
+    }
+
     /// Whether path `i` exists and is not fenced.
     pub fn usable(&self, i: usize) -> bool {
         self.paths
@@ -364,6 +370,16 @@ impl Link {
             }
             Phase::Normal => {
                 let a = self.active;
+                if self.paths.len() > 1 && !self.port_healthy(a) {
+                    let cause = format!(
+                        "port of device {} is down (asynchronous event)",
+                        self.path(a).device().dev
+                    );
+                    let ev = self.path_error(a, WcStatus::RetryExcErr, cause);
+                    if !matches!(ev, Event::Nothing) {
+                        return ev;
+                    }
+                }
                 if self.paths.len() > 1 && self.path(a).stalled(now, self.cfg.rto) {
                     let cause = format!("no completion for {:?} (HA_NCCL_RTO_MS)", self.cfg.rto);
                     let ev = self.path_error(a, WcStatus::RetryExcErr, cause);
@@ -373,9 +389,17 @@ impl Link {
                 }
             }
         }
-        // Heartbeats on the idle standby.
+        // Heartbeats on the idle standby (a standby whose port is down is lost at once).
         for i in 0..self.paths.len() {
             if i == self.active || !self.usable(i) {
+                continue;
+            }
+            if !self.port_healthy(i) {
+                let cause = "its port is down (asynchronous event)".to_string();
+                let ev = self.path_error(i, WcStatus::RetryExcErr, cause);
+                if !matches!(ev, Event::Nothing) {
+                    return ev;
+                }
                 continue;
             }
             let hb = self.cfg.heartbeat;
@@ -458,8 +482,9 @@ impl Link {
         if self
             .last_failure
             .is_some_and(|t| now.duration_since(t) < self.cfg.rearm_hold)
+            || !self.holds[d].engine().fabric().port_healthy(self.holds[d].dev.dev)
         {
-            return;
+            return; // hold-down, or the port is still down (PORT_ACTIVE not seen yet)
         }
         self.last_failure = Some(now);
         let started = Path::open(self.holds[d].clone_lease()).and_then(|p| {
