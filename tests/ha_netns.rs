@@ -6,7 +6,7 @@
 //! exactly once, in order, byte-exact; both ranks must exit 0; the stats must show the
 //! failovers. Needs root and iproute2 — otherwise it says why and skips.
 //!
-//! `HA_DRILLS=N` sets the drills per end (default 3; CI runs the default, the long run is
+//! `HA_DRILLS=N` sets the drills per end (default 10; CI runs the default, the long run is
 //! `HA_DRILLS=50 cargo test --release --test ha_netns`).
 
 mod so;
@@ -34,7 +34,7 @@ fn main() {
     let per_end: usize = std::env::var("HA_DRILLS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(10);
     let (mut passed, mut failed) = (0, 0);
     let mut recoveries = Vec::new();
     for i in 0..per_end * 2 {
@@ -56,6 +56,16 @@ fn main() {
                 println!("drill {i}: FAILED: {e}");
                 failed += 1;
             }
+        }
+    }
+    match double_cut() {
+        Ok(ms) => {
+            println!("double cut: both rails down -> both ranks got ncclRemoteError after {ms} ms (limit 2 x RTO = 2000 ms), no hang");
+            passed += 1;
+        }
+        Err(e) => {
+            println!("double cut: FAILED: {e}");
+            failed += 1;
         }
     }
     recoveries.sort_unstable();
@@ -199,6 +209,59 @@ fn wait_exit(mut c: Child, who: &'static str) -> Result<(), String> {
             Err(format!("{who} did not exit"))
         }
     }
+}
+
+/// Cut both rails mid-stream: each rank must fail with ncclRemoteError within 2 x RTO.
+fn double_cut() -> Result<u64, String> {
+    let topo = Topo::up(&format!("{}", std::process::id() % 10000))?;
+    let dir = std::env::temp_dir().join(format!("ha-netns-{}-dc", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let mut recv = spawn_role(&topo.b, "recv", &dir, "10.88.0.2,10.88.1.2", "oob")?;
+    let mut send = spawn_role(&topo.a, "send", &dir, "10.88.0.1,10.88.1.1", "ooa")?;
+    let mut send_in = send.stdin.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    pump(&mut recv, "recv", tx.clone());
+    pump(&mut send, "send", tx);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut cut_at = None;
+    let mut failed = std::collections::BTreeMap::new();
+    while failed.len() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (who, line) = rx.recv_timeout(left).map_err(|_| {
+            format!("no error after the double cut (hang?); failed so far: {failed:?}")
+        })?;
+        if let Some(h) = line.strip_prefix("HANDLE ") {
+            writeln!(send_in, "{h}").map_err(|e| e.to_string())?;
+        }
+        if cut_at.is_none() && who == "recv" && line.starts_with("PROGRESS") {
+            topo.link(0, false, false)?;
+            topo.link(1, true, false)?;
+            cut_at = Some(Instant::now());
+        }
+        if line.starts_with("FAIL") {
+            let Some(t) = cut_at else {
+                return Err(format!("{who} failed before the cut: {line}"));
+            };
+            if !line.contains("ncclRemoteError") {
+                return Err(format!("{who}: expected ncclRemoteError: {line}"));
+            }
+            failed.insert(who, t.elapsed().as_millis() as u64);
+        }
+    }
+    drop(send_in);
+    wait_exit(send, "send")
+        .err()
+        .ok_or("send exited 0 after losing both paths")?;
+    wait_exit(recv, "recv")
+        .err()
+        .ok_or("recv exited 0 after losing both paths")?;
+    let worst = failed.values().copied().max().unwrap_or(0);
+    if worst > 2000 {
+        return Err(format!("errors came after {failed:?} ms, over 2 x RTO"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(worst)
 }
 
 struct DrillResult {

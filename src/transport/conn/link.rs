@@ -482,7 +482,10 @@ impl Link {
         if self
             .last_failure
             .is_some_and(|t| now.duration_since(t) < self.cfg.rearm_hold)
-            || !self.holds[d].engine().fabric().port_healthy(self.holds[d].dev.dev)
+            || !self.holds[d]
+                .engine()
+                .fabric()
+                .port_healthy(self.holds[d].dev.dev)
         {
             return; // hold-down, or the port is still down (PORT_ACTIVE not seen yet)
         }
