@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# PyTorch DDP (scripts/nccl/ddp_train.py) as two ranks, one per network namespace, through the HA
+# plugin on the `sock` fabric over two rails (scripts/nccl/netns-pair.sh), optionally cutting
+# rails mid-run from outside the processes:
+#
+#   CUT=0 scripts/nccl/ddp-failover.sh OUT_DIR     # uncut reference run
+#   CUT=1 scripts/nccl/ddp-failover.sh OUT_DIR     # cut rail0 at step CUT_AT, restore it at
+#                                                  # RESTORE_AT, then (after the re-arm) cut rail1
+#
+# Prints rank 0's final line (loss + weights checksum), the failover WARN lines and stats.
+# Needs dist/libnccl-net-ha.so, 2 GPUs, root, iproute2 (IP=/path/to/ip otherwise).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:?usage: ddp-failover.sh OUT_DIR}; mkdir -p "$out"
+pair="$here/scripts/nccl/netns-pair.sh"
+tag=${TAG:-cut$CUT}
+export STEPS=${STEPS:-2000}
+CUT_AT=${CUT_AT:-400}; RESTORE_AT=${RESTORE_AT:-800}; CUT2_AT=${CUT2_AT:-1400}
+"$pair" up
+rank() {  # rank side gpu
+  local envs; envs=$("$pair" env "$2")
+  ${IP:-ip} netns exec "ha-$2" env $envs RANK="$1" LOCAL_RANK=0 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES="$3" \
+    MASTER_ADDR=10.88.9.1 MASTER_PORT=29511 \
+    LD_LIBRARY_PATH="$here/dist" NCCL_NET_PLUGIN=ha NCCL_NET=HA NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
+    NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+    HA_NCCL_STATS_FILE="$out/stats-$tag-rank$1.json" CUBLAS_WORKSPACE_CONFIG=:4096:8 \
+    python3 "$here/scripts/nccl/ddp_train.py" > "$out/$tag-rank$1.log" 2>&1
+}
+rank 0 a 0 & p0=$!
+rank 1 b 1 & p1=$!
+wait_for() {  # pattern file pid
+  until grep -q "$1" "$2" 2>/dev/null; do kill -0 "$3" 2>/dev/null || return 1; sleep 0.05; done
+}
+if [ "${CUT:-0}" = 1 ]; then
+  wait_for "^step $CUT_AT " "$out/$tag-rank0.log" $p0 && "$pair" cut 0 near | tee -a "$out/$tag-cuts.log"
+  wait_for "^step $RESTORE_AT " "$out/$tag-rank0.log" $p0 && "$pair" restore 0 | tee -a "$out/$tag-cuts.log"
+  if wait_for "re-armed as the standby" "$out/$tag-rank0.log" $p0 && wait_for "^step $CUT2_AT " "$out/$tag-rank0.log" $p0; then
+    "$pair" cut 1 far | tee -a "$out/$tag-cuts.log"
+  fi
+fi
+rc=0; wait $p0 || rc=$?; wait $p1 || rc=$((rc ? rc : $?))
+"$pair" down
+echo "== $tag: exit $rc"
+grep -hE "^final loss|NET/HA : failover|re-armed|Using network" "$out/$tag-rank0.log" "$out/$tag-rank1.log" | sed 's/^[^ ]* [^ ]* //' | sort -u | head -20
+cat "$out"/stats-"$tag"-rank*.json 2>/dev/null | head -8
+exit $rc
