@@ -140,6 +140,40 @@ fn multi_recv_with_tags_in_shuffled_order() {
 }
 
 #[test]
+fn multi_recv_buffers_sharing_one_registration() {
+    // NCCL often registers one region and receives into several parts of it.
+    let p = plugin();
+    let (send, recv, _) = connect_pair(p);
+    let mut rb = RegBuf::new(p, &recv, vec![0; 4 * 1024]);
+    let mut sb = RegBuf::new(p, &send, (0..4).flat_map(|i| pattern(40 + i, 1024)).collect());
+    let (rp, sp) = (rb.ptr(), sb.ptr());
+    let ptrs: Vec<*mut u8> = (0..4).map(|i| rp.wrapping_add(i * 1024)).collect();
+    let r = {
+        let mrs = vec![rb.mr(); 4];
+        p.irecv(&recv, &ptrs, &[1024; 4], &[0, 1, 2, 3], &mrs)
+            .unwrap()
+            .unwrap()
+    };
+    let sends: Vec<_> = (0..4)
+        .map(|i| {
+            let ptr = sp.wrapping_add(i * 1024);
+            until_some(|| p.isend(&send, ptr, 1024, i as i32, sb.mr()).unwrap())
+        })
+        .collect();
+    for s in &sends {
+        wait(p, s, &mut [0]).unwrap();
+    }
+    let mut sizes = [0; 4];
+    wait(p, &r, &mut sizes).unwrap();
+    assert_eq!(sizes, [1024; 4]);
+    assert!(rb.data == sb.data);
+    rb.dereg(p, &recv);
+    sb.dereg(p, &send);
+    p.close_send(send).unwrap();
+    p.close_recv(recv).unwrap();
+}
+
+#[test]
 fn thirty_two_requests_in_flight_each_way() {
     let p = plugin();
     let (send, recv, _) = connect_pair(p);

@@ -288,11 +288,24 @@ fn pump(child: &mut Child, tag: &'static str, tx: mpsc::Sender<(&'static str, St
 }
 
 fn spawn_role(ns: &str, role: &str, dir: &Path, rails: &str, oob: &str) -> Result<Child, String> {
+    spawn_role_on(ns, role, dir, rails, oob, 0)
+}
+
+/// `dev`: the device the rank uses (NCCL picks it per rank: the two ranks may differ).
+fn spawn_role_on(
+    ns: &str,
+    role: &str,
+    dir: &Path,
+    rails: &str,
+    oob: &str,
+    dev: usize,
+) -> Result<Child, String> {
     let exe = std::env::current_exe().unwrap();
     Command::new("ip")
         .args(["netns", "exec", ns])
         .arg(&exe)
         .env("HA_ROLE", role)
+        .env("HA_DEV", dev.to_string())
         .env("HA_DIR", dir)
         .env("HA_NCCL_FABRIC", "sock")
         .env("HA_NCCL_SOCK_RAILS", rails)
@@ -316,7 +329,10 @@ fn drill(i: usize, far: bool) -> Result<DrillResult, String> {
     let dir = std::env::temp_dir().join(format!("ha-netns-{}-{i}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let mut recv = spawn_role(&topo.b, "recv", &dir, "10.88.0.2,10.88.1.2", "oob")?;
+    // Every other pair of drills, the receiver uses device 1 while the sender uses device 0
+    // (as NCCL may choose): paths must still stay rail-disjoint.
+    let recv_dev = (i / 2) % 2;
+    let mut recv = spawn_role_on(&topo.b, "recv", &dir, "10.88.0.2,10.88.1.2", "oob", recv_dev)?;
     let mut send = spawn_role(&topo.a, "send", &dir, "10.88.0.1,10.88.1.1", "ooa")?;
     let mut send_in = send.stdin.take().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -519,7 +535,8 @@ fn role_send() -> i32 {
 
 fn role_recv() -> i32 {
     let p = so::plugin();
-    let (h, listen) = p.listen(0).expect("listen");
+    let dev: i32 = std::env::var("HA_DEV").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let (h, listen) = p.listen(dev).expect("listen");
     let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
     println!("HANDLE {hex}");
     let _ = std::io::stdout().flush();

@@ -158,9 +158,8 @@ pub fn isend(comm: u64, addr: usize, size: i64, tag: i32, mr: u64) -> ApiResult<
     let size = check_size(size, "send")?;
     let p = state::get()?;
     let c = p.sends.get(comm, "sendComm")?;
-    let m = p.mrs.get(mr, "mhandle")?;
-    let m = m.lock();
-    let got = c.lock().isend(addr, size, tag, &m.handle)?;
+    let m = p.mrs.get(mr, "mhandle")?.lock().handle.clone();
+    let got = c.lock().isend(addr, size, tag, &m)?;
     Ok(got.map_or(0, |id| request_token(Kind::SendReq, comm, id)))
 }
 
@@ -183,20 +182,21 @@ pub fn irecv(comm: u64, bufs: &[RecvBuf]) -> ApiResult<u64> {
     }
     let p = state::get()?;
     let c = p.recvs.get(comm, "recvComm")?;
+    // Clone the handles out (no lock held): the buffers of one multi-receive often share
+    // one registration.
     let mut mrs = Vec::with_capacity(bufs.len());
     for b in bufs {
         check_size(b.size, "receive")?;
-        mrs.push(p.mrs.get(b.mr, "mhandle")?);
+        mrs.push(p.mrs.get(b.mr, "mhandle")?.lock().handle.clone());
     }
-    let guards: Vec<_> = mrs.iter().map(|m| m.lock()).collect();
     let args: Vec<RecvArg> = bufs
         .iter()
-        .zip(&guards)
-        .map(|(b, g)| RecvArg {
+        .zip(&mrs)
+        .map(|(b, m)| RecvArg {
             addr: b.addr,
             size: b.size as usize,
             tag: b.tag,
-            mr: &g.handle,
+            mr: m,
         })
         .collect();
     let got = c.lock().irecv(&args)?;

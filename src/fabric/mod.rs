@@ -299,6 +299,13 @@ pub trait Fabric: Send + Sync {
     fn port_healthy(&self, _dev: usize) -> bool {
         true
     }
+    /// Whether devices are rails that only reach the same rail of the peer (`sock`: a stream
+    /// leaves by its destination's route, so both ends of a path must be on one rail for the
+    /// primary and the standby to be disjoint). Then the acceptor builds its paths on the
+    /// connector's devices.
+    fn rail_affine(&self) -> bool {
+        false
+    }
     /// Open a new protection domain on device `dev`. The engine keeps one per device and
     /// shares it between connections; the device's resources live as long as the PD does.
     fn open_pd(&self, dev: usize) -> Result<Arc<dyn ProtectionDomain>>;

@@ -35,6 +35,8 @@ pub struct RemoteBuf {
 pub struct PathParams {
     pub endpoint: Vec<u8>,
     pub rkey: u32,
+    /// The side's device index carrying this path (rail fabrics pair paths rail by rail).
+    pub dev: u16,
 }
 
 /// What one side tells the other.
@@ -124,7 +126,7 @@ impl Framer {
 fn put_params(w: &mut Writer, p: &Params) {
     w.u16(p.flags).u8(p.paths.len() as u8);
     for path in &p.paths {
-        w.bytes8(&path.endpoint).u32(path.rkey);
+        w.bytes8(&path.endpoint).u32(path.rkey).u16(path.dev);
     }
     w.u64(p.addr).u32(p.len);
 }
@@ -139,7 +141,12 @@ fn get_params(r: &mut Reader) -> Result<Params, HandshakeError> {
     for _ in 0..n {
         let endpoint = r.bytes8("path endpoint")?.to_vec();
         let rkey = r.u32("path rkey")?;
-        paths.push(PathParams { endpoint, rkey });
+        let dev = r.u16("path device")?;
+        paths.push(PathParams {
+            endpoint,
+            rkey,
+            dev,
+        });
     }
     Ok(Params {
         flags,
@@ -331,10 +338,12 @@ mod tests {
                 PathParams {
                     endpoint: vec![tag; 20],
                     rkey: tag as u32,
+                    dev: 0,
                 },
                 PathParams {
                     endpoint: vec![tag + 1; 32],
                     rkey: 7,
+                    dev: 1,
                 },
             ],
             addr: 0x1000 * tag as u64,

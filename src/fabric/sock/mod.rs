@@ -151,6 +151,10 @@ fn device_info(index: usize, rail: &SockRail) -> DeviceInfo {
 }
 
 impl Fabric for SockFabric {
+    fn rail_affine(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &'static str {
         "sock"
     }

@@ -33,7 +33,7 @@ impl PendingConnect {
         cfg: &HaCfg,
         stats_file: &str,
     ) -> Result<PendingConnect> {
-        let half = Half::open(engine, dev, Role::Send, cfg)?;
+        let half = Half::open(engine, dev, Role::Send, cfg, None)?;
         let peer = handle.addr.to_string();
         let stream = OobStream::connect(handle.addr)
             .map_err(|e| Error::io(format!("connecting to {peer}"), e))?;

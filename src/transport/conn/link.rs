@@ -519,6 +519,7 @@ impl Link {
         let peer = PathParams {
             endpoint: msg.endpoint.clone(),
             rkey: self.peer_rkeys[d],
+            dev: self.holds[d].dev.dev as u16,
         };
         let built = Path::open(self.holds[d].clone_lease()).and_then(|mut p| {
             p.connect(&peer)?;
@@ -557,6 +558,7 @@ impl Link {
         let peer = PathParams {
             endpoint: msg.endpoint.clone(),
             rkey: self.peer_rkeys[d],
+            dev: self.holds[d].dev.dev as u16,
         };
         match p.connect(&peer) {
             Ok(()) => {

@@ -129,7 +129,7 @@ impl ListenComm {
         })?;
         if let Some(peer) = got {
             // Only a peer that presented our token gets queue pairs.
-            let mut half = Half::open(&engine, dev, Role::Recv, &cfg)?;
+            let mut half = Half::open(&engine, dev, Role::Recv, &cfg, Some(&peer))?;
             half.connect(&peer, &p.peer)?;
             let local = half.params();
             p.half = Some((half, peer));

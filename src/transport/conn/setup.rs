@@ -27,14 +27,34 @@ pub struct Half {
 
 impl Half {
     /// Open the paths (primary on `dev`, standby if enabled and available) and register.
-    pub fn open(engine: &Arc<Engine>, dev: usize, role: Role, cfg: &HaCfg) -> Result<Half> {
+    /// On rail fabrics the acceptor follows the connector's rails (`peer`), so each path stays
+    /// on one rail end to end.
+    pub fn open(
+        engine: &Arc<Engine>,
+        dev: usize,
+        role: Role,
+        cfg: &HaCfg,
+        peer: Option<&Params>,
+    ) -> Result<Half> {
         let devs = engine.fabric().devices();
-        let mut paths = vec![Path::open(engine.lease(dev)?)?];
+        let mut chosen = vec![dev];
         if cfg.enable_backup {
             let map = parse_standby_map(&cfg.standby_map, devs.len()).map_err(Error::Usage)?;
             if let Some(s) = standby_for(dev, devs, &map) {
-                paths.push(Path::open(engine.lease(s)?)?);
+                chosen.push(s);
             }
+        }
+        if let Some(p) = peer.filter(|_| engine.fabric().rail_affine()) {
+            let theirs: Vec<usize> = p.paths.iter().map(|x| x.dev as usize).collect();
+            let distinct = theirs.first() != theirs.get(1);
+            if theirs.iter().all(|&d| d < devs.len()) && distinct {
+                chosen = theirs;
+                chosen.truncate(if cfg.enable_backup { 2 } else { 1 });
+            }
+        }
+        let mut paths = Vec::with_capacity(chosen.len());
+        for d in chosen {
+            paths.push(Path::open(engine.lease(d)?)?);
         }
         let (region_words, stage_words) = match role {
             Role::Send => (SEND_REGION_WORDS, FIFO_DEPTH * RECORD_WORDS),
@@ -69,6 +89,7 @@ impl Half {
                 .map(|(i, p)| PathParams {
                     endpoint: p.qp.local_endpoint(),
                     rkey: self.region.keys(i).rkey,
+                    dev: p.device().dev as u16,
                 })
                 .collect(),
             addr: self.region.addr() as u64,
