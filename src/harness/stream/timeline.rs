@@ -1,0 +1,336 @@
+//! Timing analysis of a stream: completion times are nanoseconds since the stream's start
+//! (the sender's clock; see [`super::clock`]). Computes the longest gaps between consecutive
+//! completions, the longest stall, a throughput timeline, and, for externally recorded events
+//! such as a link cut, how long traffic took to come back.
+
+/// A gap between two consecutive completions (or, for a stall that never ended, between the
+/// last completion and the end of the stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    pub from_ns: u64,
+    pub to_ns: u64,
+}
+
+impl Gap {
+    pub fn len_ns(&self) -> u64 {
+        self.to_ns.saturating_sub(self.from_ns)
+    }
+}
+
+/// The `k` longest gaps between consecutive completions of `times` (sorted ascending),
+/// longest first; equal lengths in time order.
+pub fn longest_gaps(times: &[u64], k: usize) -> Vec<Gap> {
+    let mut gaps: Vec<Gap> = times
+        .windows(2)
+        .map(|w| Gap {
+            from_ns: w[0],
+            to_ns: w[1],
+        })
+        .collect();
+    gaps.sort_by(|a, b| b.len_ns().cmp(&a.len_ns()).then(a.from_ns.cmp(&b.from_ns)));
+    gaps.truncate(k);
+    gaps
+}
+
+/// The longest stall: the longest gap between completions, or from the last completion to
+/// `end_ns` when the stream ended with an error (the stall that ended it).
+pub fn max_stall(times: &[u64], failed_at: Option<u64>) -> Option<Gap> {
+    let mut best = longest_gaps(times, 1).first().copied();
+    if let (Some(end), Some(&last)) = (failed_at, times.last()) {
+        let tail = Gap {
+            from_ns: last,
+            to_ns: end.max(last),
+        };
+        if best.is_none_or(|b| tail.len_ns() > b.len_ns()) {
+            best = Some(tail);
+        }
+    }
+    best
+}
+
+/// Messages and bytes completed per `bin_ns` interval, from time 0 to the last completion.
+pub fn bins(completions: &[(u64, u64, u64)], bin_ns: u64) -> Vec<(u64, u64)> {
+    let bin_ns = bin_ns.max(1);
+    let n = completions
+        .iter()
+        .map(|c| c.0 / bin_ns + 1)
+        .max()
+        .unwrap_or(0) as usize;
+    let mut out = vec![(0u64, 0u64); n];
+    for &(t, msgs, bytes) in completions {
+        let b = &mut out[(t / bin_ns) as usize];
+        b.0 += msgs;
+        b.1 += bytes;
+    }
+    out
+}
+
+/// An event recorded by another process (a drill's link cut), in nanoseconds since the
+/// stream's start (negative: before it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub at_ns: i64,
+    pub label: String,
+}
+
+/// Parses an events file: one event per line, `<CLOCK_MONOTONIC ns> <label>`; blank lines and
+/// lines starting with `#` are skipped. `start_ns` is the stream's start on the same clock.
+pub fn parse_events(text: &str, start_ns: u64) -> Result<Vec<Event>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (ns, label) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let ns: u64 = ns
+            .parse()
+            .map_err(|_| format!("events line {}: '{ns}' is not a nanosecond time", i + 1))?;
+        let at_ns = i64::try_from(i128::from(ns) - i128::from(start_ns))
+            .map_err(|_| format!("events line {}: time out of range", i + 1))?;
+        let label = label.trim();
+        out.push(Event {
+            at_ns,
+            label: if label.is_empty() {
+                "event".to_string()
+            } else {
+                label.to_string()
+            },
+        });
+    }
+    out.sort_by_key(|e| e.at_ns);
+    Ok(out)
+}
+
+/// How traffic behaved after one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventOutcome {
+    pub event: Event,
+    /// First completion at or after the event (any time later), relative to the event.
+    pub first_after_ns: Option<u64>,
+    /// The longest gap that ends after the event and no later than the next event (or the
+    /// stream's end); a gap spanning the event counts. When nothing completed between the
+    /// event and that limit: the open stall from the last completion (or the event) to it.
+    pub stall: Option<Gap>,
+    /// Whether `stall` ended with a completion.
+    pub stall_closed: bool,
+}
+
+/// Analyses each event against the sorted completion times; `end_ns` is the stream's end.
+pub fn analyse_events(times: &[u64], events: &[Event], end_ns: u64) -> Vec<EventOutcome> {
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, ev)| {
+            let at = u64::try_from(ev.at_ns.max(0)).unwrap_or(0);
+            let limit = events
+                .get(i + 1)
+                .map_or(end_ns, |n| u64::try_from(n.at_ns.max(0)).unwrap_or(0))
+                .max(at);
+            let first = times.partition_point(|&t| t < at);
+            let first_after_ns = times.get(first).map(|&t| t - at);
+            let mut stall: Option<Gap> = None;
+            let mut closed = false;
+            let mut j = first;
+            while j < times.len() && times[j] <= limit {
+                let g = Gap {
+                    from_ns: if j == 0 { at } else { times[j - 1] },
+                    to_ns: times[j],
+                };
+                if stall.is_none_or(|s| g.len_ns() > s.len_ns()) {
+                    stall = Some(g);
+                    closed = true;
+                }
+                j += 1;
+            }
+            if j == first {
+                // Nothing completed before the limit: the stall is still open there.
+                stall = Some(Gap {
+                    from_ns: if j == 0 { at } else { times[j - 1] },
+                    to_ns: limit,
+                });
+            }
+            EventOutcome {
+                event: ev.clone(),
+                first_after_ns,
+                stall,
+                stall_closed: closed,
+            }
+        })
+        .collect()
+}
+
+/// Nanoseconds to milliseconds, for reports.
+pub fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Signed nanoseconds to milliseconds.
+pub fn ms_signed(ns: i64) -> f64 {
+    ns as f64 / 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn times(ms_list: &[u64]) -> Vec<u64> {
+        ms_list.iter().map(|m| m * MS).collect()
+    }
+
+    #[test]
+    fn gaps_longest_first() {
+        let t = times(&[0, 1, 5, 6, 26, 27, 37]);
+        let g = longest_gaps(&t, 3);
+        assert_eq!(
+            g.iter()
+                .map(|g| (g.from_ns / MS, g.to_ns / MS))
+                .collect::<Vec<_>>(),
+            [(6, 26), (27, 37), (1, 5)]
+        );
+        assert_eq!(longest_gaps(&t, 100).len(), 6);
+        assert!(longest_gaps(&[5], 3).is_empty());
+        assert!(longest_gaps(&[], 3).is_empty());
+        // Ties: earlier first.
+        let g = longest_gaps(&times(&[0, 2, 4, 6]), 3);
+        assert_eq!(
+            g.iter().map(|g| g.from_ns / MS).collect::<Vec<_>>(),
+            [0, 2, 4]
+        );
+    }
+
+    #[test]
+    fn stall_includes_the_tail_of_a_failed_stream() {
+        let t = times(&[0, 1, 11, 12]);
+        assert_eq!(max_stall(&t, None).unwrap().len_ns(), 10 * MS);
+        let s = max_stall(&t, Some(500 * MS)).unwrap();
+        assert_eq!((s.from_ns, s.to_ns), (12 * MS, 500 * MS));
+        // A short tail does not replace a longer gap.
+        assert_eq!(max_stall(&t, Some(14 * MS)).unwrap().len_ns(), 10 * MS);
+        assert_eq!(max_stall(&[], Some(5)), None);
+    }
+
+    #[test]
+    fn throughput_bins() {
+        let c = [
+            (0, 1, 10),
+            (99 * MS, 2, 20),
+            (100 * MS, 1, 5),
+            (350 * MS, 1, 1),
+        ];
+        assert_eq!(bins(&c, 100 * MS), [(3, 30), (1, 5), (0, 0), (1, 1)]);
+        assert!(bins(&[], 100 * MS).is_empty());
+    }
+
+    #[test]
+    fn events_file() {
+        let text = "# drill\n1000500000 cut rail0/near\n\n1002000000   restore rail0 \n999000000\n";
+        let ev = parse_events(text, 1_000_000_000).unwrap();
+        assert_eq!(
+            ev,
+            [
+                Event {
+                    at_ns: -1_000_000,
+                    label: "event".into()
+                },
+                Event {
+                    at_ns: 500_000,
+                    label: "cut rail0/near".into()
+                },
+                Event {
+                    at_ns: 2_000_000,
+                    label: "restore rail0".into()
+                },
+            ]
+        );
+        assert!(parse_events("12x cut", 0).unwrap_err().contains("line 1"));
+    }
+
+    #[test]
+    fn recovery_after_a_cut() {
+        // Steady traffic, a cut at 50 ms, two late completions, a 300 ms stall, traffic again.
+        let t = times(&[0, 10, 20, 30, 40, 51, 53, 353, 355, 360]);
+        let ev = [Event {
+            at_ns: (50 * MS) as i64,
+            label: "cut".into(),
+        }];
+        let o = &analyse_events(&t, &ev, 400 * MS)[0];
+        assert_eq!(o.first_after_ns, Some(MS));
+        let s = o.stall.unwrap();
+        assert_eq!((s.from_ns / MS, s.to_ns / MS), (53, 353));
+        assert!(o.stall_closed);
+    }
+
+    #[test]
+    fn a_gap_spanning_the_cut_counts() {
+        let t = times(&[0, 10, 20, 120, 121]);
+        let ev = [Event {
+            at_ns: (25 * MS) as i64,
+            label: "cut".into(),
+        }];
+        let o = &analyse_events(&t, &ev, 200 * MS)[0];
+        assert_eq!(o.first_after_ns, Some(95 * MS));
+        assert_eq!(
+            o.stall.map(|s| (s.from_ns / MS, s.to_ns / MS)),
+            Some((20, 120))
+        );
+    }
+
+    #[test]
+    fn no_recovery_gives_an_open_stall() {
+        let t = times(&[0, 10, 20]);
+        let ev = [Event {
+            at_ns: (25 * MS) as i64,
+            label: "cut".into(),
+        }];
+        let o = &analyse_events(&t, &ev, 900 * MS)[0];
+        assert_eq!(o.first_after_ns, None);
+        assert_eq!(
+            o.stall.map(|s| (s.from_ns / MS, s.to_ns / MS)),
+            Some((20, 900))
+        );
+        assert!(!o.stall_closed);
+    }
+
+    #[test]
+    fn stalls_are_bounded_by_the_next_event() {
+        // cut at 25, restore at 500: traffic only resumes at 600 (after the restore).
+        let t = times(&[0, 10, 20, 600, 601]);
+        let ev = [
+            Event {
+                at_ns: (25 * MS) as i64,
+                label: "cut".into(),
+            },
+            Event {
+                at_ns: (500 * MS) as i64,
+                label: "restore".into(),
+            },
+        ];
+        let o = analyse_events(&t, &ev, 700 * MS);
+        assert_eq!(o[0].first_after_ns, Some(575 * MS));
+        assert_eq!(
+            o[0].stall.map(|s| (s.from_ns / MS, s.to_ns / MS)),
+            Some((20, 500))
+        );
+        assert!(!o[0].stall_closed);
+        assert_eq!(o[1].first_after_ns, Some(100 * MS));
+        assert_eq!(
+            o[1].stall.map(|s| (s.from_ns / MS, s.to_ns / MS)),
+            Some((20, 600))
+        );
+        assert!(o[1].stall_closed);
+    }
+
+    #[test]
+    fn events_before_any_completion() {
+        let ev = [Event {
+            at_ns: -5,
+            label: "early".into(),
+        }];
+        let o = &analyse_events(&times(&[3]), &ev, 10 * MS)[0];
+        assert_eq!(o.first_after_ns, Some(3 * MS));
+        assert_eq!(o.stall.map(|s| (s.from_ns, s.to_ns)), Some((0, 3 * MS)));
+    }
+}
