@@ -25,7 +25,7 @@ use self::clock::Clock;
 use self::link::ErrorKind;
 use self::opts::{Length, Request, StreamOpts, MAX_MULTI, USAGE};
 use self::receiver::RecvReport;
-use self::sender::SendReport;
+use self::sender::{Progress, SendReport};
 use self::summary::Failure;
 use self::watchdog::Watchdog;
 use crate::abi::common::NCCL_NET_HANDLE_MAXSIZE;
@@ -213,13 +213,18 @@ fn run(o: &StreamOpts) -> i32 {
     );
     println!("stream: start monotonic_ns={}", clock.start_ns());
     let _ = std::io::stdout().flush();
-    let mut progress = |r: &SendReport| {
-        println!(
-            "stream: t={:.1}s sent {} messages, {:.1} MB",
-            r.end_ns as f64 / 1e9,
-            r.messages,
-            r.bytes as f64 / 1e6
-        );
+    let mut progress = |why: Progress, r: &SendReport| {
+        match why {
+            Progress::Started => {
+                println!("stream: traffic started at_ms={:.1}", r.end_ns as f64 / 1e6)
+            }
+            Progress::Tick => println!(
+                "stream: t={:.1}s sent {} messages, {:.1} MB",
+                r.end_ns as f64 / 1e9,
+                r.messages,
+                r.bytes as f64 / 1e6
+            ),
+        }
         let _ = std::io::stdout().flush();
     };
     let (sent, recv, extra) = match o.mode {
@@ -287,7 +292,7 @@ fn run_threads(
     dev: i32,
     cfg: &StreamCfg,
     clock: &Clock,
-    progress: &mut dyn FnMut(&SendReport),
+    progress: &mut dyn FnMut(Progress, &SendReport),
 ) -> (SendReport, RecvReport) {
     let abort = AtomicBool::new(false);
     let (mut xa, mut xb) = conn::channel_pair();

@@ -171,7 +171,7 @@ pub fn run_parent(
     plugin: &crate::abi::loader::PluginV8,
     cfg: &StreamCfg,
     clock: &Clock,
-    progress: &mut dyn FnMut(&super::sender::SendReport),
+    progress: &mut dyn FnMut(super::sender::Progress, &super::sender::SendReport),
 ) -> (super::sender::SendReport, Option<RecvReport>, Vec<Failure>) {
     let mut extra = Vec::new();
     let failure = |what: String| Failure {
@@ -351,8 +351,7 @@ pub fn child_main(o: &StreamOpts) -> i32 {
     std::thread::scope(|s| {
         let wd = &wd;
         s.spawn(move || {
-            wd.watch(&|side, ms| {
-                let _ = side;
+            wd.watch(&|_, ms| {
                 emit(&wire::encode(&Msg::Error(stuck_why(ms))));
                 std::process::exit(1);
             })

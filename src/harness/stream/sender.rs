@@ -14,6 +14,15 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// Why the sender calls its progress callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// The first operation completed: traffic flows.
+    Started,
+    /// `--progress` interval.
+    Tick,
+}
+
 /// What the sender did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendReport {
@@ -35,12 +44,13 @@ struct InFlight {
     done: usize,
 }
 
-/// Runs side A to its end. `progress` is called now and then with the counts so far.
+/// Runs side A to its end. `progress` is called when traffic starts and every
+/// `--progress` interval, with the counts so far.
 pub fn run(
     ep: &Endpoint<'_>,
     ctx: &Ctx<'_>,
     link: &mut dyn SenderLink,
-    progress: &mut dyn FnMut(&SendReport),
+    progress: &mut dyn FnMut(Progress, &SendReport),
 ) -> SendReport {
     let (cfg, clock) = (ctx.cfg, ctx.clock);
     let mut rep = SendReport::default();
@@ -67,7 +77,7 @@ fn send_loop(
     ep: &Endpoint<'_>,
     ctx: &Ctx<'_>,
     link: &mut dyn SenderLink,
-    progress: &mut dyn FnMut(&SendReport),
+    progress: &mut dyn FnMut(Progress, &SendReport),
     slots: &mut [Slot],
     rep: &mut SendReport,
 ) -> Result<(), SideError> {
@@ -88,6 +98,7 @@ fn send_loop(
         .progress_s
         .map(|s| started_at + Duration::from_secs_f64(s));
     let mut backoff = Backoff::new(true);
+    let mut announced = false;
     let err = |kind: ErrorKind, what: String| SideError::new(clock.elapsed_ns(), kind, what);
     loop {
         (ctx.beat)();
@@ -192,6 +203,11 @@ fn send_loop(
                 ops.pop_front();
             }
         }
+        if !announced && rep.ops > 0 {
+            announced = true;
+            rep.end_ns = clock.elapsed_ns();
+            progress(Progress::Started, rep);
+        }
         let all_started = match deadline {
             Some(_) => limit.is_some_and(|l| sched.ops() >= l),
             None => exhausted,
@@ -202,7 +218,7 @@ fn send_loop(
         if let Some(at) = next_report {
             if Instant::now() >= at {
                 rep.end_ns = clock.elapsed_ns();
-                progress(rep);
+                progress(Progress::Tick, rep);
                 next_report = cfg.progress_s.map(|s| at + Duration::from_secs_f64(s));
             }
         }

@@ -82,7 +82,7 @@ pub fn build(
     Summary {
         max_stall: timeline::max_stall(&times, first_error),
         gaps: timeline::longest_gaps(&times, TOP_GAPS),
-        events: timeline::analyse_events(&times, events, end_ns),
+        events: timeline::analyse_events(&times, events, end_ns, first_error.is_some()),
         sent,
         recv,
         completions,
@@ -249,31 +249,34 @@ fn opt_ms(v: Option<u64>) -> String {
 
 fn event_json(e: &EventOutcome) -> String {
     format!(
-        "{{\"label\": {}, \"at_ms\": {:.3}, \"first_after_ms\": {}, \"stall\": {}, \"stall_closed\": {}}}",
+        "{{\"label\": {}, \"at_ms\": {:.3}, \"first_after_ms\": {}, \"stall\": {}, \"stall_closed\": {}, \"back_ms\": {}, \"baseline_ms\": {:.3}}}",
         json_string(&e.event.label),
         timeline::ms_signed(e.event.at_ns),
         opt_ms(e.first_after_ns),
         e.stall.map_or("null".into(), |g| gap_json(&g)),
-        e.stall_closed
+        e.stall_closed,
+        opt_ms(e.back_ns),
+        timeline::ms(e.baseline_ns)
     )
 }
 
-/// `event at_ms=A first_after_ms=F stall_ms=S stall_end_ms=E recovered=yes|no label=L`:
-/// `F` is the first completion after the event, `E` the end of the longest stall, both
-/// relative to the event (`-` when there is none); `recovered=no` when traffic did not come
-/// back before the next event or the end.
+/// `event at_ms=A first_after_ms=F stall_ms=S stall_end_ms=E back_ms=K baseline_ms=B
+/// recovered=yes|no label=L`: `F` is the first completion after the event, `E` the end of
+/// the longest stall after it, `K` when traffic was back (see
+/// [`EventOutcome::back_ns`]), all relative to the event (`-` when there is none); `B` the
+/// longest gap before the event; `recovered=no` when traffic did not come back before the
+/// next event or the end.
 pub fn event_line(e: &EventOutcome) -> String {
     let at = e.event.at_ns.max(0) as u64;
-    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let opt = |v: Option<u64>| v.map_or("-".into(), |n| format!("{:.1}", timeline::ms(n)));
     format!(
-        "event at_ms={:.1} first_after_ms={} stall_ms={} stall_end_ms={} recovered={} label={}",
+        "event at_ms={:.1} first_after_ms={} stall_ms={} stall_end_ms={} back_ms={} baseline_ms={:.1} recovered={} label={}",
         timeline::ms_signed(e.event.at_ns),
-        dash(e.first_after_ns.map(|n| format!("{:.1}", timeline::ms(n)))),
-        dash(e.stall.map(|g| format!("{:.1}", timeline::ms(g.len_ns())))),
-        dash(
-            e.stall
-                .map(|g| format!("{:.1}", timeline::ms(g.to_ns.saturating_sub(at))))
-        ),
+        opt(e.first_after_ns),
+        opt(e.stall.map(|g| g.len_ns())),
+        opt(e.stall.map(|g| g.to_ns.saturating_sub(at))),
+        opt(e.back_ns),
+        timeline::ms(e.baseline_ns),
         if e.stall_closed { "yes" } else { "no" },
         e.event.label
     )
@@ -358,7 +361,7 @@ mod tests {
         let lines = s.lines();
         assert_eq!(
             lines[0],
-            "event at_ms=100.0 first_after_ms=- stall_ms=500.0 stall_end_ms=413.0 recovered=no label=cut rail0/near"
+            "event at_ms=100.0 first_after_ms=- stall_ms=500.0 stall_end_ms=413.0 back_ms=- baseline_ms=1.0 recovered=no label=cut rail0/near"
         );
         assert_eq!(
             lines[1],

@@ -109,15 +109,30 @@ pub struct EventOutcome {
     /// First completion at or after the event (any time later), relative to the event.
     pub first_after_ns: Option<u64>,
     /// The longest gap that ends after the event and no later than the next event (or the
-    /// stream's end); a gap spanning the event counts. When nothing completed between the
-    /// event and that limit: the open stall from the last completion (or the event) to it.
+    /// stream's end); a gap spanning the event counts; so does the stall still open at that
+    /// limit (see [`analyse_events`]).
     pub stall: Option<Gap>,
     /// Whether `stall` ended with a completion.
     pub stall_closed: bool,
+    /// The longest gap between completions before the event (the normal jitter).
+    pub baseline_ns: u64,
+    /// When traffic was back, relative to the event: the end of `stall` when it is longer
+    /// than `baseline_ns`, else the first completion after the event (the cut caused no
+    /// stall beyond the usual); `None` when traffic did not come back before the limit.
+    pub back_ns: Option<u64>,
 }
 
-/// Analyses each event against the sorted completion times; `end_ns` is the stream's end.
-pub fn analyse_events(times: &[u64], events: &[Event], end_ns: u64) -> Vec<EventOutcome> {
+/// Analyses each event against the sorted completion times; `end_ns` is the stream's end,
+/// `failed` whether an error ended it there. The stall still open at an event's limit (from
+/// the last completion to the next event, or to a failed stream's end) competes with the
+/// closed gaps: traffic that trickled on for a moment after a cut and then stopped for good
+/// did not recover. A cleanly ended stream's idle tail does not count.
+pub fn analyse_events(
+    times: &[u64],
+    events: &[Event],
+    end_ns: u64,
+    failed: bool,
+) -> Vec<EventOutcome> {
     events
         .iter()
         .enumerate()
@@ -143,18 +158,33 @@ pub fn analyse_events(times: &[u64], events: &[Event], end_ns: u64) -> Vec<Event
                 }
                 j += 1;
             }
-            if j == first {
-                // Nothing completed before the limit: the stall is still open there.
-                stall = Some(Gap {
-                    from_ns: if j == 0 { at } else { times[j - 1] },
-                    to_ns: limit,
-                });
+            let open = Gap {
+                from_ns: if j == 0 { at } else { times[j - 1] },
+                to_ns: limit,
+            };
+            let tail_counts = j == first || failed || i + 1 < events.len();
+            if tail_counts && stall.is_none_or(|s| open.len_ns() > s.len_ns()) {
+                stall = Some(open);
+                closed = false;
             }
+            let baseline_ns = times[..first]
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .max()
+                .unwrap_or(0);
+            let back_ns = match stall {
+                Some(g) if closed && g.len_ns() > baseline_ns => Some(g.to_ns.saturating_sub(at)),
+                Some(_) if closed => first_after_ns,
+                None => first_after_ns,
+                Some(_) => None,
+            };
             EventOutcome {
                 event: ev.clone(),
                 first_after_ns,
                 stall,
                 stall_closed: closed,
+                baseline_ns,
+                back_ns,
             }
         })
         .collect()
@@ -256,11 +286,27 @@ mod tests {
             at_ns: (50 * MS) as i64,
             label: "cut".into(),
         }];
-        let o = &analyse_events(&t, &ev, 400 * MS)[0];
+        let o = &analyse_events(&t, &ev, 400 * MS, false)[0];
         assert_eq!(o.first_after_ns, Some(MS));
         let s = o.stall.unwrap();
         assert_eq!((s.from_ns / MS, s.to_ns / MS), (53, 353));
         assert!(o.stall_closed);
+        assert_eq!(o.baseline_ns, 10 * MS);
+        assert_eq!(o.back_ns, Some(303 * MS));
+    }
+
+    #[test]
+    fn a_cut_without_a_stall_is_back_at_the_first_completion() {
+        // Gaps of 10 ms before the cut at 45 ms; after it nothing longer than that.
+        let t = times(&[0, 10, 20, 30, 40, 47, 52, 60, 70, 78]);
+        let ev = [Event {
+            at_ns: (45 * MS) as i64,
+            label: "cut rail1".into(),
+        }];
+        let o = &analyse_events(&t, &ev, 80 * MS, false)[0];
+        assert_eq!(o.baseline_ns, 10 * MS);
+        assert_eq!(o.stall.map(|s| s.len_ns()), Some(10 * MS));
+        assert_eq!(o.back_ns, Some(2 * MS));
     }
 
     #[test]
@@ -270,7 +316,7 @@ mod tests {
             at_ns: (25 * MS) as i64,
             label: "cut".into(),
         }];
-        let o = &analyse_events(&t, &ev, 200 * MS)[0];
+        let o = &analyse_events(&t, &ev, 200 * MS, false)[0];
         assert_eq!(o.first_after_ns, Some(95 * MS));
         assert_eq!(
             o.stall.map(|s| (s.from_ns / MS, s.to_ns / MS)),
@@ -285,7 +331,7 @@ mod tests {
             at_ns: (25 * MS) as i64,
             label: "cut".into(),
         }];
-        let o = &analyse_events(&t, &ev, 900 * MS)[0];
+        let o = &analyse_events(&t, &ev, 900 * MS, true)[0];
         assert_eq!(o.first_after_ns, None);
         assert_eq!(
             o.stall.map(|s| (s.from_ns / MS, s.to_ns / MS)),
@@ -308,7 +354,7 @@ mod tests {
                 label: "restore".into(),
             },
         ];
-        let o = analyse_events(&t, &ev, 700 * MS);
+        let o = analyse_events(&t, &ev, 700 * MS, false);
         assert_eq!(o[0].first_after_ns, Some(575 * MS));
         assert_eq!(
             o[0].stall.map(|s| (s.from_ns / MS, s.to_ns / MS)),
@@ -324,12 +370,37 @@ mod tests {
     }
 
     #[test]
+    fn a_trickle_then_a_stall_until_the_error_is_no_recovery() {
+        // Two completions just after the cut, then nothing until the error at 330 ms.
+        let t = times(&[0, 10, 20, 22, 24]);
+        let ev = [Event {
+            at_ns: (21 * MS) as i64,
+            label: "cut".into(),
+        }];
+        let o = &analyse_events(&t, &ev, 330 * MS, true)[0];
+        assert_eq!(o.first_after_ns, Some(MS));
+        assert_eq!(
+            o.stall.map(|s| (s.from_ns / MS, s.to_ns / MS)),
+            Some((24, 330))
+        );
+        assert!(!o.stall_closed);
+        // The same completions in a stream that ended cleanly at 330 ms: the idle tail is not
+        // a stall.
+        let o = &analyse_events(&t, &ev, 330 * MS, false)[0];
+        assert_eq!(
+            o.stall.map(|s| (s.from_ns / MS, s.to_ns / MS)),
+            Some((20, 22))
+        );
+        assert!(o.stall_closed);
+    }
+
+    #[test]
     fn events_before_any_completion() {
         let ev = [Event {
             at_ns: -5,
             label: "early".into(),
         }];
-        let o = &analyse_events(&times(&[3]), &ev, 10 * MS)[0];
+        let o = &analyse_events(&times(&[3]), &ev, 10 * MS, false)[0];
         assert_eq!(o.first_after_ns, Some(3 * MS));
         assert_eq!(o.stall.map(|s| (s.from_ns, s.to_ns)), Some((0, 3 * MS)));
     }
