@@ -149,13 +149,15 @@ echo "sock-drill: harness $HARNESS, plugin $PLUGIN, logs $WORK"
 field() { sed -nE "s/.* $1=([^ ]+).*/\1/p" <<<"$2"; }
 alive() { [ -n "$HPID" ] && kill -0 "$HPID" 2>/dev/null; }
 
-# Cuts (or restores) and records the moment in the events file.
-act() { # act EVENTS what rail end
+# Cuts (or restores) a rail and records the moment in the events file: CLOCK_MONOTONIC taken
+# just before `ip` runs (the link goes down a few ms later; recovery is measured from here).
+act() { # act EVENTS cut|restore RAIL [END]
   local t
   t=$(now_ns)
-  case "$2" in
-    cut) bash "$RAILS" cut "$3" "$4" ;;
-    restore) bash "$RAILS" restore "$3" ;;
+  case "$2/${4:-}" in
+    cut/near) ip -n "$NS_A" link set "r$3a" down ;;
+    cut/far) ip -n "$NS_B" link set "r$3b" down ;;
+    restore/*) ip -n "$NS_A" link set "r$3a" up; ip -n "$NS_B" link set "r$3b" up ;;
   esac
   if [ "$2" = cut ]; then echo "$t cut rail$3/$4" >>"$1"; else echo "$t restore rail$3" >>"$1"; fi
 }
@@ -267,28 +269,40 @@ verdict() {
     return
   fi
   if [ -z "$cuts" ]; then fail "no cut happened (stream ended early? exit $rc: ${err:-})"; return; fi
-  local first at rec stall_ms back recovered label line="$head"
+  local first at rec stall_ms back recovered label which line="$head" c
+  # The cut an error belongs to: the last one before it (else the first one).
   first=$(head -n1 <<<"$cuts")
+  if [ -n "$err_at" ]; then
+    while read -r c; do
+      awk -v a="$(field at_ms "$c")" -v e="$err_at" 'BEGIN { exit !(a <= e) }' && first=$c
+    done <<<"$cuts"
+  fi
   at=$(field at_ms "$first")
+  which=$(sed -nE 's/.* label=cut (.*)$/\1/p' <<<"$first")
   if [ "$EXPECT" = error ]; then
     if [ -z "$err" ] || [ "$errors" = 0 ]; then
-      fail "cut=rail$RAIL/$end at ${at} ms: expected the stream to fail, it passed"; return
+      fail "cut=$which at ${at%.*} ms: expected the stream to fail, it passed"; return
     fi
     if ! grep -q 'nccl[A-Za-z]*Error' <<<"$err"; then
-      fail "cut=rail$RAIL/$end at ${at} ms: not a clean request error: $err"; return
+      fail "cut=$which at ${at%.*} ms: not a clean request error: $err"; return
     fi
     local after
     after=$(awk -v e="$err_at" -v c="$at" 'BEGIN { printf "%d", e - c + 0.5 }')
     if [ "$after" -lt 0 ] || [ "$after" -gt "$ERROR_WITHIN" ]; then
-      fail "cut=rail$RAIL/$end at ${at} ms: error after ${after} ms (bound ${ERROR_WITHIN}): $err"; return
+      fail "cut=$which at ${at%.*} ms: error after ${after} ms (bound ${ERROR_WITHIN}): $err"; return
     fi
-    echo "$head cut=rail$RAIL/$end at ${at%.*} ms → error after ${after} ms (single path, expected): $err"
+    echo "$head cut=$which at ${at%.*} ms → error after ${after} ms (single path, expected): $err"
     ERRAFTER+=("$after")
     PASSED=$((PASSED + 1))
     return
   fi
   if [ "$errors" != 0 ] || [ "$rc" != 0 ]; then
-    fail "cut=rail$RAIL/$end at ${at%.*} ms: ${err:-exit $rc}"; return
+    if [ -n "$err_at" ]; then
+      fail "cut=$which at ${at%.*} ms: error after $(awk -v e="$err_at" -v c="$at" 'BEGIN { printf "%d", e - c + 0.5 }') ms: $err"
+    else
+      fail "cut=$which at ${at%.*} ms: ${err:-exit $rc}"
+    fi
+    return
   fi
   while read -r ev; do
     [ -n "$ev" ] || continue
@@ -297,7 +311,7 @@ verdict() {
     back=$(field back_ms "$ev"); recovered=$(field recovered "$ev")
     case "$label" in
       cut\ *)
-        local which=${label#cut }
+        which=${label#cut }
         if [ "$recovered" != yes ] || [ "$rec" = - ] || [ "$back" = - ]; then
           fail "cut=$which at ${at%.*} ms: traffic did not come back (stall ${stall_ms} ms)"; return
         fi
