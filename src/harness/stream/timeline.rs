@@ -108,13 +108,13 @@ pub struct EventOutcome {
     pub event: Event,
     /// First completion at or after the event (any time later), relative to the event.
     pub first_after_ns: Option<u64>,
-    /// The longest gap that ends after the event and no later than the next event (or the
-    /// stream's end); a gap spanning the event counts; so does the stall still open at that
-    /// limit (see [`analyse_events`]).
+    /// The stall the event caused: the longest gap that ends after it (no later than the next
+    /// event or the stream's end) and starts within its trickle window; a gap spanning the
+    /// event counts; so does a stall still open at that limit (see [`analyse_events`]).
     pub stall: Option<Gap>,
     /// Whether `stall` ended with a completion.
     pub stall_closed: bool,
-    /// The longest gap between completions before the event (the normal jitter).
+    /// The longest gap between completions in the second before the event (normal jitter).
     pub baseline_ns: u64,
     /// When traffic was back, relative to the event: the end of `stall` when it is longer
     /// than `baseline_ns`, else the first completion after the event (the cut caused no
@@ -122,11 +122,20 @@ pub struct EventOutcome {
     pub back_ns: Option<u64>,
 }
 
+/// A stall caused by an event starts within this long after it (data already on its way
+/// when a link is cut still completes for a moment first), or within twice the normal jitter
+/// if that is longer.
+pub const TRICKLE_NS: u64 = 100_000_000;
+
+/// The normal jitter is the longest gap in this long before an event.
+pub const BASELINE_NS: u64 = 1_000_000_000;
+
 /// Analyses each event against the sorted completion times; `end_ns` is the stream's end,
-/// `failed` whether an error ended it there. The stall still open at an event's limit (from
-/// the last completion to the next event, or to a failed stream's end) competes with the
-/// closed gaps: traffic that trickled on for a moment after a cut and then stopped for good
-/// did not recover. A cleanly ended stream's idle tail does not count.
+/// `failed` whether an error ended it there. An event's stall is the longest gap that ends
+/// after it and starts no later than its trickle window (see [`TRICKLE_NS`]); gaps that start
+/// later are not its doing. When completions stopped within that window and did not resume
+/// before the next event (or before a failing end), the open stall to that point is the
+/// event's stall and traffic did not recover.
 pub fn analyse_events(
     times: &[u64],
     events: &[Event],
@@ -144,39 +153,41 @@ pub fn analyse_events(
                 .max(at);
             let first = times.partition_point(|&t| t < at);
             let first_after_ns = times.get(first).map(|&t| t - at);
+            let since = times[..first].partition_point(|&t| t + BASELINE_NS < at);
+            let baseline_ns = times[since..first]
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .max()
+                .unwrap_or(0);
+            let window_end = at + TRICKLE_NS.max(2 * baseline_ns);
             let mut stall: Option<Gap> = None;
-            let mut closed = false;
             let mut j = first;
             while j < times.len() && times[j] <= limit {
                 let g = Gap {
                     from_ns: if j == 0 { at } else { times[j - 1] },
                     to_ns: times[j],
                 };
-                if stall.is_none_or(|s| g.len_ns() > s.len_ns()) {
+                if g.from_ns <= window_end && stall.is_none_or(|s| g.len_ns() > s.len_ns()) {
                     stall = Some(g);
-                    closed = true;
                 }
                 j += 1;
             }
+            // Completions that stopped inside the window and never resumed before the limit.
             let open = Gap {
                 from_ns: if j == 0 { at } else { times[j - 1] },
                 to_ns: limit,
             };
-            let tail_counts = j == first || failed || i + 1 < events.len();
-            if tail_counts && stall.is_none_or(|s| open.len_ns() > s.len_ns()) {
+            let tail_counts = failed || i + 1 < events.len();
+            let longest = stall.map_or(0, |s| s.len_ns()).max(baseline_ns);
+            let closed = !(j == first
+                || (tail_counts && open.from_ns <= window_end && open.len_ns() > longest));
+            if !closed {
                 stall = Some(open);
-                closed = false;
             }
-            let baseline_ns = times[..first]
-                .windows(2)
-                .map(|w| w[1] - w[0])
-                .max()
-                .unwrap_or(0);
             let back_ns = match stall {
-                Some(g) if closed && g.len_ns() > baseline_ns => Some(g.to_ns.saturating_sub(at)),
-                Some(_) if closed => first_after_ns,
-                None => first_after_ns,
-                Some(_) => None,
+                _ if !closed => None,
+                Some(g) if g.len_ns() > baseline_ns => Some(g.to_ns.saturating_sub(at)),
+                _ => first_after_ns,
             };
             EventOutcome {
                 event: ev.clone(),
@@ -392,6 +403,64 @@ mod tests {
             Some((20, 22))
         );
         assert!(o.stall_closed);
+    }
+
+    #[test]
+    fn a_later_stall_is_not_the_events_doing() {
+        // Cut at 45 ms, traffic goes on at its usual pace, then an unrelated 200 ms stall.
+        let mut ms_list = vec![
+            0, 10, 20, 30, 40, 47, 52, 60, 70, 80, 90, 100, 110, 120, 130,
+        ];
+        ms_list.extend([140, 150, 160, 170, 180, 190, 200, 400, 410]);
+        let t = times(&ms_list);
+        let ev = [
+            Event {
+                at_ns: (45 * MS) as i64,
+                label: "cut rail1".into(),
+            },
+            Event {
+                at_ns: (420 * MS) as i64,
+                label: "restore rail1".into(),
+            },
+        ];
+        let o = analyse_events(&t, &ev, 500 * MS, false);
+        assert_eq!(o[0].stall.map(|s| s.len_ns()), Some(10 * MS));
+        assert!(o[0].stall_closed);
+        assert_eq!(o[0].back_ns, Some(2 * MS));
+    }
+
+    #[test]
+    fn a_short_idle_tail_before_the_next_event_is_not_a_stall() {
+        let t = times(&[0, 10, 20, 30, 40, 47, 52, 60, 70, 71]);
+        let ev = [
+            Event {
+                at_ns: (45 * MS) as i64,
+                label: "cut".into(),
+            },
+            Event {
+                at_ns: (72 * MS) as i64,
+                label: "restore".into(),
+            },
+        ];
+        let o = &analyse_events(&t, &ev, 100 * MS, false)[0];
+        assert!(o.stall_closed);
+        assert_eq!(o.back_ns, Some(2 * MS));
+    }
+
+    #[test]
+    fn baseline_is_the_second_before_the_event() {
+        // A 300 ms gap at the start (warm-up), then a steady 10 ms pace for 2 s.
+        let mut ms_list = vec![0];
+        ms_list.extend((300..=2300).step_by(10));
+        let t = times(&ms_list);
+        let ev = [Event {
+            at_ns: (2305 * MS) as i64,
+            label: "cut".into(),
+        }];
+        assert_eq!(
+            analyse_events(&t, &ev, 2400 * MS, false)[0].baseline_ns,
+            10 * MS
+        );
     }
 
     #[test]
