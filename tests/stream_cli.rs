@@ -216,3 +216,34 @@ fn usage_errors_and_now() {
     let ns: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
     assert!(ns > 0);
 }
+
+#[test]
+fn a_child_that_never_starts_fails_the_stream_at_once() {
+    let started = Instant::now();
+    // `false <harness> stream --child ...` exits at once without a word.
+    let o = stream(
+        sock_mock(),
+        &[
+            "--messages",
+            "10",
+            "--mode",
+            "procs",
+            "--child-prefix",
+            "false",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("stream: error: side B (receiver) at ")
+            && out.contains("child exited without reporting (child exited with exit status: 1)"),
+        "{out}"
+    );
+    assert_eq!(counts(&o)[5], 1, "one failure, counted once");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}

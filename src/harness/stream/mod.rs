@@ -299,7 +299,15 @@ fn run_threads(
     let (mut la, mut lb) = link::channel_link();
     let timeout = Duration::from_secs(cfg.timeout_s);
     let wd = Watchdog::new(["A (sender)", "B (receiver)"], timeout + WATCHDOG_GRACE);
-    let setup_err = |e: String| link::SideError::new(clock.elapsed_ns(), ErrorKind::Setup, e);
+    // A setup failure after the other side failed is that side's doing.
+    let setup_err = |e: String, abort: &AtomicBool| {
+        let kind = if abort.load(Ordering::Relaxed) {
+            ErrorKind::Aborted
+        } else {
+            ErrorKind::Setup
+        };
+        link::SideError::new(clock.elapsed_ns(), kind, e)
+    };
     std::thread::scope(|s| {
         let (abort, wd) = (&abort, &wd);
         s.spawn(move || {
@@ -321,7 +329,7 @@ fn run_threads(
             let rep = match conn::establish(plugin, dev, &mut xb, timeout, abort) {
                 Err(e) => RecvReport {
                     start_ns: clock.start_ns(),
-                    error: Some(setup_err(e)),
+                    error: Some(setup_err(e, abort)),
                     ..RecvReport::default()
                 },
                 Ok(ep) => {
@@ -350,7 +358,7 @@ fn run_threads(
         };
         let sent = match conn::establish(plugin, dev, &mut xa, timeout, abort) {
             Err(e) => SendReport {
-                error: Some(setup_err(e)),
+                error: Some(setup_err(e, abort)),
                 end_ns: clock.elapsed_ns(),
                 ..SendReport::default()
             },
@@ -373,7 +381,11 @@ fn run_threads(
         drop(la);
         let recv = receiver.join().unwrap_or_else(|_| RecvReport {
             start_ns: clock.start_ns(),
-            error: Some(setup_err("receiver thread panicked".into())),
+            error: Some(link::SideError::new(
+                clock.elapsed_ns(),
+                ErrorKind::Setup,
+                "receiver thread panicked".into(),
+            )),
             ..RecvReport::default()
         });
         wd.stop();

@@ -229,7 +229,16 @@ pub fn run_parent(
         };
         let sent = match conn::establish(plugin, o.dev, &mut xchg, timeout, &abort) {
             Err(e) => super::sender::SendReport {
-                error: Some(SideError::new(clock.elapsed_ns(), ErrorKind::Setup, e)),
+                // After the child failed, a setup failure here is its doing.
+                error: Some(SideError::new(
+                    clock.elapsed_ns(),
+                    if abort.load(Ordering::Relaxed) {
+                        ErrorKind::Aborted
+                    } else {
+                        ErrorKind::Setup
+                    },
+                    e,
+                )),
                 end_ns: clock.elapsed_ns(),
                 ..Default::default()
             },
@@ -257,20 +266,24 @@ pub fn run_parent(
         wd.stop();
         (sent, outcome)
     });
-    if let Err(e) = reap(&mut child, Duration::from_secs(cfg.timeout_s + 5)) {
-        if outcome.report.as_ref().is_none_or(|r| r.error.is_none()) && outcome.failure.is_none() {
-            extra.push(failure(e));
-        }
-    }
-    if let Some(f) = outcome.failure {
-        extra.push(failure(f));
+    let reaped = reap(&mut child, Duration::from_secs(cfg.timeout_s + 5));
+    let clean_report = outcome.report.as_ref().is_some_and(|r| r.error.is_none());
+    // At most one failure for the child (its report, if any, carries its own error).
+    let child_failure = if let Some(f) = outcome.failure {
+        Some(f)
     } else if outcome.report.is_none() {
-        extra.push(failure("child exited without reporting".into()));
-    } else if !outcome.done && outcome.report.as_ref().is_some_and(|r| r.error.is_none()) {
-        extra.push(failure(
-            "child did not finish closing its connection".into(),
-        ));
-    }
+        Some(match reaped {
+            Ok(()) => "child exited without reporting".to_string(),
+            Err(e) => format!("child exited without reporting ({e})"),
+        })
+    } else if clean_report && !outcome.done {
+        Some("child did not finish closing its connection".to_string())
+    } else if clean_report {
+        reaped.err()
+    } else {
+        None
+    };
+    extra.extend(child_failure.map(failure));
     (sent, outcome.report, extra)
 }
 
