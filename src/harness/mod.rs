@@ -11,6 +11,7 @@ pub mod driver;
 pub mod pattern;
 pub mod report;
 pub mod session;
+pub mod stream;
 pub mod wire;
 
 pub use session::main_with_args;
