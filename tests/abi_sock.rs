@@ -145,7 +145,11 @@ fn multi_recv_buffers_sharing_one_registration() {
     let p = plugin();
     let (send, recv, _) = connect_pair(p);
     let mut rb = RegBuf::new(p, &recv, vec![0; 4 * 1024]);
-    let mut sb = RegBuf::new(p, &send, (0..4).flat_map(|i| pattern(40 + i, 1024)).collect());
+    let mut sb = RegBuf::new(
+        p,
+        &send,
+        (0..4).flat_map(|i| pattern(40 + i, 1024)).collect(),
+    );
     let (rp, sp) = (rb.ptr(), sb.ptr());
     let ptrs: Vec<*mut u8> = (0..4).map(|i| rp.wrapping_add(i * 1024)).collect();
     let r = {

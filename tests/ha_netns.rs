@@ -332,7 +332,14 @@ fn drill(i: usize, far: bool) -> Result<DrillResult, String> {
     // Every other pair of drills, the receiver uses device 1 while the sender uses device 0
     // (as NCCL may choose): paths must still stay rail-disjoint.
     let recv_dev = (i / 2) % 2;
-    let mut recv = spawn_role_on(&topo.b, "recv", &dir, "10.88.0.2,10.88.1.2", "oob", recv_dev)?;
+    let mut recv = spawn_role_on(
+        &topo.b,
+        "recv",
+        &dir,
+        "10.88.0.2,10.88.1.2",
+        "oob",
+        recv_dev,
+    )?;
     let mut send = spawn_role(&topo.a, "send", &dir, "10.88.0.1,10.88.1.1", "ooa")?;
     let mut send_in = send.stdin.take().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -535,7 +542,10 @@ fn role_send() -> i32 {
 
 fn role_recv() -> i32 {
     let p = so::plugin();
-    let dev: i32 = std::env::var("HA_DEV").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let dev: i32 = std::env::var("HA_DEV")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let (h, listen) = p.listen(dev).expect("listen");
     let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
     println!("HANDLE {hex}");

@@ -89,6 +89,8 @@ pub struct Link {
     pub role: Role,
     last_failure: Option<Instant>,
     waiting_since: Option<Instant>,
+    /// Re-armed paths not yet verified by a completion.
+    rearmed: Vec<usize>,
     pub name: String,
     pub stats_file: String,
     holds: Vec<Lease>,
@@ -140,6 +142,7 @@ impl Link {
             role: parts.role,
             last_failure: None,
             waiting_since: None,
+            rearmed: Vec::new(),
             name,
             stats_file: parts.stats_file,
             holds,
@@ -222,6 +225,7 @@ impl Link {
         let kind = decode_wr_id(c.wr_id).0;
         let path = self.path_mut(i);
         let fenced = path.health == Health::Failed;
+        let unverified = path.health == Health::Unverified;
         if is_recv {
             if let Err(e) = path.on_recv_completion(&c) {
                 return self.path_error(
@@ -232,6 +236,14 @@ impl Link {
             }
         } else {
             path.on_send_completion(&c);
+        }
+        if unverified && self.path(i).health == Health::Healthy && self.rearmed.contains(&i) {
+            self.rearmed.retain(|&d| d != i);
+            self.stats.rearms += 1;
+            tracing::info!(
+                "NET/HA : {}: path {i} re-armed as the standby (verified)",
+                self.name
+            );
         }
         if !c.status.is_ok() {
             if fenced {
@@ -280,6 +292,14 @@ impl Link {
         let other = 1 - i.min(1);
         let failing_to = self.failing().map(|f| f.to);
         if i != self.active && failing_to != Some(i) {
+            if self.rearmed.contains(&i) {
+                self.rearmed.retain(|&d| d != i);
+                tracing::debug!(
+                    "NET/HA : {}: re-arm of path {i} did not verify ({cause}); retrying after the hold-down",
+                    self.name
+                );
+                return Event::Nothing;
+            }
             tracing::warn!(
                 "NET/HA : {}: standby path {i} lost ({cause}); redundancy lost until it is re-armed",
                 self.name
@@ -536,12 +556,15 @@ impl Link {
                 };
                 self.retire(d);
                 self.paths[d] = Some(p);
+                self.rearmed.push(d);
                 let a = self.active;
                 if let Err(e) = self.send_ctrl(a, &ack) {
                     tracing::warn!("NET/HA : {}: re-arm answer not sent: {e}", self.name);
                 }
-                self.stats.rearms += 1;
-                tracing::info!("NET/HA : {}: path {d} re-armed as the standby", self.name);
+                tracing::debug!(
+                    "NET/HA : {}: path {d}: new queue pair, verifying",
+                    self.name
+                );
             }
             Err(e) => tracing::info!("NET/HA : {}: re-arm of path {d} refused: {e}", self.name),
         }
@@ -564,8 +587,11 @@ impl Link {
             Ok(()) => {
                 self.retire(d);
                 self.paths[d] = Some(p);
-                self.stats.rearms += 1;
-                tracing::info!("NET/HA : {}: path {d} re-armed as the standby", self.name);
+                self.rearmed.push(d);
+                tracing::debug!(
+                    "NET/HA : {}: path {d}: new queue pair, verifying",
+                    self.name
+                );
             }
             Err(e) => {
                 self.last_failure = Some(Instant::now());
