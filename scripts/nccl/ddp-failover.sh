@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PyTorch DDP (scripts/nccl/ddp_train.py) as two ranks, one per network namespace, through the HA
-# plugin on the `sock` fabric over two rails (scripts/nccl/netns-pair.sh), optionally cutting
+# plugin on the `sock` fabric over two rails (scripts/netns/rails.sh), optionally cutting
 # rails mid-run from outside the processes:
 #
 #   CUT=0 scripts/nccl/ddp-failover.sh OUT_DIR     # uncut reference run
@@ -8,18 +8,18 @@
 #                                                  # RESTORE_AT, then (after the re-arm) cut rail1
 #
 # Prints rank 0's final line (loss + weights checksum), the failover WARN lines and stats.
-# Needs dist/libnccl-net-ha.so, 2 GPUs, root, iproute2 (IP=/path/to/ip otherwise).
+# Needs dist/libnccl-net-ha.so, 2 GPUs, root, iproute2 (`ip` on PATH).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:?usage: ddp-failover.sh OUT_DIR}; mkdir -p "$out"
-pair="$here/scripts/nccl/netns-pair.sh"
+pair="$here/scripts/netns/rails.sh"
 tag=${TAG:-cut$CUT}
 export STEPS=${STEPS:-2000}
 CUT_AT=${CUT_AT:-400}; RESTORE_AT=${RESTORE_AT:-800}; CUT2_AT=${CUT2_AT:-1400}
-"$pair" up
+"$pair" up >/dev/null
 rank() {  # rank side gpu
   local envs; envs=$("$pair" env "$2")
-  ${IP:-ip} netns exec "ha-$2" env $envs RANK="$1" LOCAL_RANK=0 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES="$3" \
+  ip netns exec "ha-$2" env $envs RANK="$1" LOCAL_RANK=0 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES="$3" \
     MASTER_ADDR=10.88.9.1 MASTER_PORT=29511 \
     LD_LIBRARY_PATH="$here/dist" NCCL_NET_PLUGIN=ha NCCL_NET=HA NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
     NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
@@ -39,7 +39,7 @@ if [ "${CUT:-0}" = 1 ]; then
   fi
 fi
 rc=0; wait $p0 || rc=$?; wait $p1 || rc=$((rc ? rc : $?))
-"$pair" down
+"$pair" down >/dev/null
 echo "== $tag: exit $rc"
 grep -hE "^final loss|NET/HA : failover|re-armed|Using network" "$out/$tag-rank0.log" "$out/$tag-rank1.log" | sed 's/^[^ ]* [^ ]* //' | sort -u | head -20
 cat "$out"/stats-"$tag"-rank*.json 2>/dev/null | head -8
