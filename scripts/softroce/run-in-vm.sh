@@ -37,6 +37,9 @@ if [[ -n $prog && -f $prog && $prog == /tmp/* && $prog != "$SHARE"/* ]]; then
   mkdir -p "$J/bin" && cp "$prog" "$J/bin/" && set -- "$J/bin/${prog##*/}" "${@:2}"
 fi
 printf '%q ' "$@" > "$J/cmd"; echo >> "$J/cmd"
+# A repository checked out under the host's /tmp (CI clones) stays visible in the guest.
+REPO=$(cd "$HERE/../.." && pwd)
+keep=; [[ $REPO == /tmp/* ]] && keep=" sr.keep=$REPO"
 pwd > "$J/cwd"
 echo "$RAILS" > "$J/rails"
 for v in $(compgen -e); do
@@ -50,7 +53,7 @@ qemu-system-x86_64 -M pc -accel "${SR_ACCEL:-tcg,thread=multi}" -cpu max \
   -nodefaults -no-user-config -display none -no-reboot \
   -serial "file:$console" \
   -kernel "$SR_WORK/vmlinux" -initrd "$SR_WORK/initrd.img" \
-  -append "console=ttyS0 quiet loglevel=4 panic=-1 sr.cmd=$HERE/guest/job.sh sr.arg=$J sr.out=$SHARE" \
+  -append "console=ttyS0 quiet loglevel=4 panic=-1 sr.cmd=$HERE/guest/job.sh sr.arg=$J sr.out=$SHARE$keep" \
   -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
   -virtfs "local,path=$SHARE,mount_tag=out,security_model=none,multidevs=remap" \
   </dev/null >"$SR_WORK/$id.qemu.log" 2>&1 &
