@@ -178,6 +178,24 @@ impl Link {
         }
     }
 
+    /// Drain up to `max_poll` completions and run the periodic duties: what the side must act
+    /// on, in order.
+    pub fn pump(&mut self) -> Vec<Event> {
+        let mut events: Vec<Event> = self
+            .poll(self.cfg.max_poll)
+            .into_iter()
+            .map(|c| self.classify(c))
+            .collect();
+        events.push(self.tick());
+        events
+    }
+
+    /// The fenced path of failover `f` has flushed everything (or its watchdog expired).
+    pub fn drained(&self, f: &Failing) -> bool {
+        self.paths[f.from].as_ref().is_none_or(|p| p.drained())
+            || f.since.elapsed() > self.cfg.drain_watchdog()
+    }
+
     /// Pop up to `max` completions from every path's inbox.
     pub fn poll(&mut self, max: usize) -> Vec<Completion> {
         let mut out = Vec::new();

@@ -119,12 +119,9 @@ impl RecvComm {
     }
 
     fn pump(&mut self) {
-        for c in self.link.poll(self.link.cfg.max_poll) {
-            let ev = self.link.classify(c);
+        for ev in self.link.pump() {
             self.on_event(ev);
         }
-        let ev = self.link.tick();
-        self.on_event(ev);
         self.advance_failover();
     }
 

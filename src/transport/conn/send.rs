@@ -137,12 +137,9 @@ impl SendComm {
 
     /// Drain completions, run the periodic duties, advance a failover.
     fn pump(&mut self) {
-        for c in self.link.poll(self.link.cfg.max_poll) {
-            let ev = self.link.classify(c);
+        for ev in self.link.pump() {
             self.on_event(ev);
         }
-        let ev = self.link.tick();
-        self.on_event(ev);
         self.advance_failover();
     }
 
