@@ -9,7 +9,7 @@ pub const MAX_MESSAGE: usize = i32::MAX as usize;
 pub const MAX_WINDOW: usize = crate::abi::common::NCCL_NET_MAX_REQUESTS;
 
 pub const USAGE: &str = "\
-usage: ha-harness <check|bench|help> --plugin PATH [options]
+usage: ha-harness <check|bench|stream|now|help> --plugin PATH [options]   (stream: `ha-harness stream --help`)
 
 common options:
   --plugin PATH       ext-net v8 library to load (required)
