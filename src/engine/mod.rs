@@ -160,6 +160,12 @@ impl Lease {
         &self.engine
     }
 
+    /// Poll the completion queues from the caller's thread if nobody else is (saves waking
+    /// the progress thread on the latency-critical path); returns completions moved.
+    pub fn help_poll(&self) -> usize {
+        self.engine.router.try_poll(64)
+    }
+
     /// Another lease on the same device.
     pub fn clone_lease(&self) -> Lease {
         self.engine.state.lock().leases += 1;

@@ -30,10 +30,9 @@ impl ProgressThread {
 }
 
 fn run(router: &Router, stop: &AtomicBool, spin: Duration) {
-    let mut buf = Vec::with_capacity(64);
     let mut last = Instant::now();
     while !stop.load(Ordering::Acquire) {
-        if router.poll_once(&mut buf, 64) > 0 {
+        if router.poll_once(64) > 0 {
             last = Instant::now();
         } else if last.elapsed() < spin {
             std::hint::spin_loop();

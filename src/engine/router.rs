@@ -10,6 +10,9 @@ use std::sync::Arc;
 
 pub struct Router {
     cqs: RwLock<Vec<(u64, Arc<dyn CompletionQueue>)>>,
+    /// One poller at a time (the progress thread or a helping `test()`), so the completions
+    /// of one queue pair reach its inbox in the order the queue gave them.
+    polling: parking_lot::Mutex<Vec<Completion>>,
     routes: RwLock<HashMap<(u64, u32), Arc<Inbox>>>,
     pub doorbell: Arc<Doorbell>,
     next_cq: AtomicU64,
@@ -21,6 +24,7 @@ impl Default for Router {
     fn default() -> Self {
         Router {
             cqs: RwLock::new(Vec::new()),
+            polling: parking_lot::Mutex::new(Vec::with_capacity(64)),
             routes: RwLock::new(HashMap::new()),
             doorbell: Arc::new(Doorbell::new()),
             next_cq: AtomicU64::new(1),
@@ -49,8 +53,21 @@ impl Router {
         self.routes.write().remove(&(cq, qpn));
     }
 
+    /// Poll every queue once and deliver, unless someone else is polling right now (then 0).
+    pub fn try_poll(&self, batch: usize) -> usize {
+        match self.polling.try_lock() {
+            Some(mut buf) => self.poll_locked(&mut buf, batch),
+            None => 0,
+        }
+    }
+
     /// Poll every queue once and deliver; returns how many completions moved.
-    pub fn poll_once(&self, buf: &mut Vec<Completion>, batch: usize) -> usize {
+    pub fn poll_once(&self, batch: usize) -> usize {
+        let mut buf = self.polling.lock();
+        self.poll_locked(&mut buf, batch)
+    }
+
+    fn poll_locked(&self, buf: &mut Vec<Completion>, batch: usize) -> usize {
         let mut moved = 0;
         let cqs = self.cqs.read();
         for (id, cq) in cqs.iter() {
