@@ -184,7 +184,7 @@ impl Link {
         let mut events: Vec<Event> = self
             .poll(self.cfg.max_poll)
             .into_iter()
-            .map(|c| self.classify(c))
+            .map(|(i, c)| self.classify(i, c))
             .collect();
         events.push(self.tick());
         events
@@ -196,8 +196,10 @@ impl Link {
             || f.since.elapsed() > self.cfg.drain_watchdog()
     }
 
-    /// Pop up to `max` completions from every path's inbox.
-    pub fn poll(&mut self, max: usize) -> Vec<Completion> {
+    /// Pop up to `max` completions from every path's inbox, each with the path it belongs to
+    /// (`None`: the queue pair of a re-arm in progress). The inbox, not the QP number, says
+    /// which path: devices number their queue pairs independently.
+    pub fn poll(&mut self, max: usize) -> Vec<(Option<usize>, Completion)> {
         let mut out = Vec::new();
         // Nothing waiting: poll the queues ourselves rather than wait for the progress thread.
         if self
@@ -213,14 +215,14 @@ impl Link {
         let inboxes = self
             .paths
             .iter()
-            .flatten()
-            .chain(self.rearm.as_ref().map(|r| &r.1))
-            .map(|p| p.route.inbox.clone())
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().map(|p| (Some(i), p.route.inbox.clone())))
+            .chain(self.rearm.as_ref().map(|r| (None, r.1.route.inbox.clone())))
             .collect::<Vec<_>>();
-        for inbox in inboxes {
+        for (i, inbox) in inboxes {
             while out.len() < max {
                 match inbox.pop() {
-                    Some(c) => out.push(c),
+                    Some(c) => out.push((i, c)),
                     None => break,
                 }
             }
@@ -228,17 +230,11 @@ impl Link {
         out
     }
 
-    fn index_of(&self, qpn: u32) -> Option<usize> {
-        self.paths
-            .iter()
-            .position(|p| p.as_ref().is_some_and(|p| p.owns(qpn)))
-    }
-
     /// Account a completion and say what it means.
-    pub fn classify(&mut self, c: Completion) -> Event {
-        let Some(i) = self.index_of(c.qp_num) else {
+    pub fn classify(&mut self, path: Option<usize>, c: Completion) -> Event {
+        let Some(i) = path.filter(|&i| self.paths.get(i).is_some_and(|p| p.is_some())) else {
             // The pending re-arm path: only its receives matter before it is connected.
-            if let Some((_, p, _)) = self.rearm.as_mut().filter(|r| r.1.owns(c.qp_num)) {
+            if let Some((_, p, _)) = self.rearm.as_mut() {
                 if c.opcode == WcOpcode::RecvRdmaWithImm
                     || decode_wr_id(c.wr_id).0 == Some(WrKind::Recv)
                 {
