@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -x dist/ha-harness ] || bash scripts/build.sh
 SR_TIMEOUT=${SR_TIMEOUT:-900} exec bash scripts/softroce/run-in-vm.sh \
-  bash scripts/softroce/guest/drill.sh "${@:-down far}" "down near" "blackhole far"
+  bash scripts/softroce/guest/drill.sh "down far" "down near" "blackhole far"

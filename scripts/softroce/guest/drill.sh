@@ -24,5 +24,13 @@ echo "drill: repair rail A at $(date +%s.%N)"
 $SOFTROCE_LINK A up
 wait $pid; rc=$?
 grep -E "NET/HA : failover|re-armed|connection lost|^messages|FAIL|error" $log | sed 's/^HA NET //' | head -20
-echo "drill: stream exit $rc"
-exit $rc
+grep -q "lost 0, duplicated 0, corrupted 0, errors 0" $log && grep -q "NET/HA : failover" $log || rc=1
+echo "drill ($MODE): stream exit $rc"
+return $rc
+}
+pass=0; fail=0
+for m in "$@"; do
+  if drill "$m"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+done
+echo "verbs drills (Soft-RoCE): $pass passed, $fail failed"
+[ "$fail" = 0 ]
