@@ -18,6 +18,8 @@ if [ "${HA_SKIP_VM:-0}" = 1 ]; then
   echo "test: HA_SKIP_VM=1, Soft-RoCE VM suite skipped"
 else
   bash scripts/softroce/test-verbs.sh
+  # Failover on real verbs: far-end down, near-end down, blackhole of the primary's rail.
+  bash scripts/softroce/drill-verbs.sh
 fi
 HA_NCCL_FABRIC=sock NCCL_SOCKET_IFNAME=lo \
   dist/ha-harness check --plugin dist/libnccl-net-ha.so --mode procs
