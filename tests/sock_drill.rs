@@ -67,7 +67,7 @@ fn text(o: &Output) -> String {
 }
 
 #[test]
-fn uncut_stream_is_clean_and_cutting_the_only_rail_fails_it_in_bounded_time() {
+fn uncut_stream_is_clean_a_cut_is_survived_and_without_standby_fails_in_bounded_time() {
     let prefix = format!("hat{}-", std::process::id());
     if let Some(why) = unavailable(&prefix) {
         eprintln!("SKIPPED sock drill: {why}");
@@ -84,8 +84,30 @@ fn uncut_stream_is_clean_and_cutting_the_only_rail_fails_it_in_bounded_time() {
     );
     assert!(out.contains("1 passed, 0 failed"), "{out}");
 
-    // One path per connection today: a cut of rail 0 (near, then far end) must end the stream
-    // with a request error (an ncclResult) within --error-within ms, losing nothing.
+    // With the standby: a cut of rail 0 (near, then far end) is survived, nothing lost.
+    let o = drill(
+        &prefix,
+        &[
+            "--drills",
+            "2",
+            "--end",
+            "alternate",
+            "--cut-at",
+            "0.3-0.6",
+            "--env",
+            "HA_NCCL_SOCK_RETRY_MS=300",
+        ],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("summary: lost 0, duplicated 0, corrupted 0, reordered 0"),
+        "{out}"
+    );
+    assert!(out.contains("2 passed, 0 failed"), "{out}");
+
+    // One path per connection (HA_NCCL_ENABLE_BACKUP=0): the same cut must end the stream with
+    // a request error (an ncclResult) within --error-within ms, losing nothing.
     let o = drill(
         &prefix,
         &[
@@ -103,6 +125,8 @@ fn uncut_stream_is_clean_and_cutting_the_only_rail_fails_it_in_bounded_time() {
             "HA_NCCL_SOCK_RETRY_MS=300",
             "--env",
             "HA_NCCL_KEEPALIVE_MS=200",
+            "--env",
+            "HA_NCCL_ENABLE_BACKUP=0",
         ],
     );
     let out = text(&o);
