@@ -234,7 +234,8 @@ fn dereg_waits_for_placement_in_progress() {
     let dst = Buf::new(64 << 10, 0);
     let md = a.reg(&dst, Access::REMOTE_WRITE);
     let mut s = raw_stream_to(&a.ep(), a.ep().nonce);
-    s.write_all(&raw_write(&dst, md.keys().rkey, 64 << 10)).unwrap();
+    s.write_all(&raw_write(&dst, md.keys().rkey, 64 << 10))
+        .unwrap();
     s.write_all(&[0xAB; 16 << 10]).unwrap();
     wait_first_word(&dst);
     // The responder is inside the segment (pin held): deregistration must wait for it.
@@ -269,7 +270,8 @@ fn stalled_inbound_write_releases_the_region() {
     let dst = Buf::new(64 << 10, 0);
     let md = a.reg(&dst, Access::REMOTE_WRITE);
     let mut s = raw_stream_to(&a.ep(), a.ep().nonce);
-    s.write_all(&raw_write(&dst, md.keys().rkey, 64 << 10)).unwrap();
+    s.write_all(&raw_write(&dst, md.keys().rkey, 64 << 10))
+        .unwrap();
     s.write_all(&[0xAB; 16 << 10]).unwrap();
     wait_first_word(&dst);
     // The peer stalls mid-segment: after `retry` the responder hangs up, releasing the pin.
