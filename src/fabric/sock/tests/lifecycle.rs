@@ -229,14 +229,11 @@ fn dereg_waits_for_placement_in_progress() {
     let f = fabric(LONG, 1 << 20);
     let (_peer, ep) = silent_peer();
     let a = lone_rts(&f, CAPS, &ep);
-    // 16 KiB of a 64 KiB segment: a remainder this large is read straight into the region, so
-    // placement has started before the stall whatever the read timing.
-    let dst = Buf::new(64 << 10, 0);
+    let dst = Buf::new(4096, 0);
     let md = a.reg(&dst, Access::REMOTE_WRITE);
     let mut s = raw_stream_to(&a.ep(), a.ep().nonce);
-    s.write_all(&raw_write(&dst, md.keys().rkey, 64 << 10))
-        .unwrap();
-    s.write_all(&[0xAB; 16 << 10]).unwrap();
+    s.write_all(&raw_write(&dst, md.keys().rkey, 4096)).unwrap();
+    s.write_all(&[0xAB; 100]).unwrap();
     wait_first_word(&dst);
     // The responder is inside the segment (pin held): deregistration must wait for it.
     let (tx, rx) = std::sync::mpsc::channel();
