@@ -145,8 +145,8 @@ impl Engine {
 impl Lease {
     /// Route completions of queue pair `qpn` (on this lease's device) to a new inbox.
     pub fn route(&self, qpn: u32) -> Route {
-        let inbox = Arc::new(Inbox::new());
         let router = self.engine.router.clone();
+        let inbox = Arc::new(Inbox::polled_by(&router));
         router.add_route(self.dev.cq_id, qpn, inbox.clone());
         Route {
             router,
