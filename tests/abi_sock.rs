@@ -1,6 +1,7 @@
 //! Integration tests through the C ABI of the built `libnccl_net_ha.so` (sock fabric on
-//! loopback): handshake, verified data of every size, multi-recv with tags, 32 in flight,
-//! and bad input giving clear error codes with the process alive.
+//! loopback; `scripts/softroce/test-verbs.sh` runs them again on `verbs`, see `so`):
+//! handshake, verified data of every size, multi-recv with tags, 32 in flight, and bad input
+//! giving clear error codes with the process alive.
 
 mod so;
 
@@ -44,6 +45,7 @@ fn exchange(sizes: &[usize]) {
         p.close_send(send).unwrap();
     });
     let mut buf = RegBuf::new(p, &recv, vec![0; max + 16]);
+    let untouched = vec![0xee; max + 16];
     for (i, &n) in sizes.iter().enumerate() {
         buf.data.fill(0xee);
         let ptr = buf.ptr();
@@ -58,7 +60,7 @@ fn exchange(sizes: &[usize]) {
             buf.data[..n] == pattern(i as u64, n),
             "bytes of message {i} ({n} B)"
         );
-        assert!(buf.data[n..].iter().all(|&b| b == 0xee), "no byte past {n}");
+        assert!(buf.data[n..] == untouched[n..], "no byte past {n}");
     }
     sender.join().unwrap();
     buf.dereg(p, &recv);
@@ -67,7 +69,7 @@ fn exchange(sizes: &[usize]) {
 
 #[test]
 fn sizes_from_zero_to_64_mib_arrive_intact() {
-    exchange(&[
+    let all = [
         0,
         1,
         7,
@@ -78,7 +80,14 @@ fn sizes_from_zero_to_64_mib_arrive_intact() {
         1 << 20,
         (16 << 20) + 3,
         64 << 20,
-    ]);
+    ];
+    // A slow fabric (Soft-RoCE under emulation) caps the sweep; 16 MiB + 3 always runs.
+    let cap = max_size().max((16 << 20) + 3);
+    let sizes: Vec<usize> = all.iter().copied().filter(|&n| n <= cap).collect();
+    if sizes.len() < all.len() {
+        println!("HA_TEST_MAX_SIZE={cap}: sizes up to {cap} bytes");
+    }
+    exchange(&sizes);
 }
 
 #[test]
@@ -405,17 +414,18 @@ fn bad_sizes_and_counts_are_invalid_arguments() {
 #[test]
 fn bad_handles_are_rejected_by_connect() {
     let p = plugin();
-    let (good, listen) = p.listen(0).unwrap();
+    let (good, listen) = p.listen(listen_dev()).unwrap();
     let mut wrong_magic = good;
     wrong_magic[0] ^= 0xff;
+    let dev = connect_dev();
     assert_eq!(
-        p.connect(0, &mut wrong_magic).map(|_| ()),
+        p.connect(dev, &mut wrong_magic).map(|_| ()),
         Err(NcclError(NCCL_INVALID_ARGUMENT))
     );
     let mut truncated = [0u8; NCCL_NET_HANDLE_MAXSIZE];
     truncated[..20].copy_from_slice(&good[..20]);
     assert_eq!(
-        p.connect(0, &mut truncated).map(|_| ()),
+        p.connect(dev, &mut truncated).map(|_| ()),
         Err(NcclError(NCCL_INVALID_ARGUMENT))
     );
     let mut bad_dev = good;
@@ -437,7 +447,7 @@ fn bad_handles_are_rejected_by_connect() {
     while send.is_none() || recv.is_none() || !forged_failed {
         assert!(std::time::Instant::now() < deadline, "stuck");
         if !forged_failed {
-            match p.connect(0, &mut forged) {
+            match p.connect(dev, &mut forged) {
                 Ok(None) => {}
                 Ok(Some(_)) => panic!("a connector with the wrong token got a connection"),
                 Err(e) => {
@@ -447,7 +457,7 @@ fn bad_handles_are_rejected_by_connect() {
             }
         }
         if send.is_none() {
-            send = p.connect(0, &mut handle).unwrap();
+            send = p.connect(dev, &mut handle).unwrap();
         }
         if recv.is_none() {
             recv = p.accept(&listen).unwrap();

@@ -17,7 +17,8 @@
 # Exit status: CMD's; 124 when the guest ran past $SR_TIMEOUT (default 900 s), 125 when it
 # died without reporting, 2 when the rig could not be built. The guest console is printed on
 # 124/125 or when $SR_VERBOSE is set.
-# Env: SR_WORK (default /tmp/softroce), SR_SMP (2), SR_MEM (MiB, 1024), SR_ACCEL (tcg,thread=multi).
+# Env: SR_WORK (default /tmp/softroce), SR_SMP (2), SR_MEM (MiB, 1024), SR_ACCEL (tcg,thread=multi),
+# SR_KARGS (extra kernel command-line arguments).
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export SR_WORK=${SR_WORK:-/tmp/softroce}
@@ -53,7 +54,7 @@ qemu-system-x86_64 -M pc -accel "${SR_ACCEL:-tcg,thread=multi}" -cpu max \
   -nodefaults -no-user-config -display none -no-reboot \
   -serial "file:$console" \
   -kernel "$SR_WORK/vmlinux" -initrd "$SR_WORK/initrd.img" \
-  -append "console=ttyS0 quiet loglevel=4 panic=-1 sr.cmd=$HERE/guest/job.sh sr.arg=$J sr.out=$SHARE$keep" \
+  -append "console=ttyS0 quiet loglevel=4 panic=-1 sr.cmd=$HERE/guest/job.sh sr.arg=$J sr.out=$SHARE$keep ${SR_KARGS:-}" \
   -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
   -virtfs "local,path=$SHARE,mount_tag=out,security_model=none,multidevs=remap" \
   </dev/null >"$SR_WORK/$id.qemu.log" 2>&1 &

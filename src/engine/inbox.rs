@@ -1,27 +1,59 @@
 //! Per-connection completion inbox: the progress thread pushes, the connection's `test()`
 //! pops. Lock-free (crossbeam `SegQueue`), never blocks either side.
+//!
+//! An inbox made by the engine ([`Inbox::polled_by`]) also lets its consumer poll: when it is
+//! empty, `pop` polls the completion queues itself (unless another thread is polling right
+//! now) before answering `None`. A `test()` loop then sees a completion as soon as the device
+//! wrote it, without waiting for the progress thread to be woken and scheduled (two thread
+//! hand-offs per completion: the fabric's notifier, then the progress thread).
 
+use super::router::Router;
 use crate::fabric::Completion;
 use crossbeam_queue::SegQueue;
+use std::sync::{Arc, Weak};
+
+/// Completions one consumer-side poll moves at most.
+const POLL_BATCH: usize = 64;
 
 #[derive(Default)]
 pub struct Inbox {
     q: SegQueue<Completion>,
+    /// The router whose queues an empty `pop` polls (weak: the router's routes hold inboxes).
+    poller: Option<Weak<Router>>,
 }
 
 impl Inbox {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// An inbox whose consumer polls `router`'s queues when it finds the inbox empty.
+    pub fn polled_by(router: &Arc<Router>) -> Self {
+        Inbox {
+            q: SegQueue::new(),
+            poller: Some(Arc::downgrade(router)),
+        }
+    }
+
     pub fn push(&self, c: Completion) {
         self.q.push(c);
     }
+
     pub fn pop(&self) -> Option<Completion> {
+        if let Some(c) = self.q.pop() {
+            return Some(c);
+        }
+        let router = self.poller.as_ref()?.upgrade()?;
+        if router.try_poll_once(POLL_BATCH) == 0 {
+            return None;
+        }
         self.q.pop()
     }
+
     pub fn len(&self) -> usize {
         self.q.len()
     }
+
     pub fn is_empty(&self) -> bool {
         self.q.is_empty()
     }

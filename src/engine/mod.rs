@@ -145,8 +145,8 @@ impl Engine {
 impl Lease {
     /// Route completions of queue pair `qpn` (on this lease's device) to a new inbox.
     pub fn route(&self, qpn: u32) -> Route {
-        let inbox = Arc::new(Inbox::new());
         let router = self.engine.router.clone();
+        let inbox = Arc::new(Inbox::polled_by(&router));
         router.add_route(self.dev.cq_id, qpn, inbox.clone());
         Route {
             router,
@@ -158,12 +158,6 @@ impl Lease {
 
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
-    }
-
-    /// Poll the completion queues from the caller's thread if nobody else is (saves waking
-    /// the progress thread on the latency-critical path); returns completions moved.
-    pub fn help_poll(&self) -> usize {
-        self.engine.router.try_poll(64)
     }
 
     /// Another lease on the same device.

@@ -1,6 +1,11 @@
 //! The background progress thread: polls every completion queue and moves completions into
 //! the connections' inboxes. It busy-polls for `spin` after the last completion, then sleeps
 //! on the doorbell the fabrics ring.
+//!
+//! While consumers poll the queues themselves (a `test()` loop finding its inbox empty polls;
+//! see `inbox.rs`) it sleeps without arming the queues: completions then cost no wake-up of
+//! any thread. Once a whole sleep passes without a consumer poll it arms them (through
+//! `Doorbell::wait`) and sleeps until the next completion.
 
 use super::router::Router;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,17 +34,28 @@ impl ProgressThread {
     }
 }
 
+/// Longest sleep; also how long consumer polls keep the queues unarmed after the last one.
+const SLEEP: Duration = Duration::from_millis(20);
+
 fn run(router: &Router, stop: &AtomicBool, spin: Duration) {
     let mut last = Instant::now();
+    let mut polls_seen = router.consumer_polls();
     while !stop.load(Ordering::Acquire) {
         if router.poll_once(64) > 0 {
             last = Instant::now();
         } else if last.elapsed() < spin {
             std::hint::spin_loop();
         } else {
-            // Woken by the fabric's doorbell; the timeout only bounds how long a stop or a
-            // fabric that cannot ring (polled hardware queues) waits.
-            router.doorbell.wait(Duration::from_millis(20));
+            let polls = router.consumer_polls();
+            if polls != polls_seen {
+                // A consumer polled since the last look: it sees new completions itself.
+                polls_seen = polls;
+                router.doorbell.sleep(SLEEP);
+            } else {
+                // Woken by the fabric's doorbell; the timeout only bounds how long a stop or
+                // a fabric that cannot ring (polled hardware queues) waits.
+                router.doorbell.wait(SLEEP);
+            }
             last = Instant::now() - spin;
         }
     }

@@ -14,6 +14,8 @@ usage: ha-harness <check|bench|stream|now|help> --plugin PATH [options]   (strea
 common options:
   --plugin PATH       ext-net v8 library to load (required)
   --dev N             device index (default 0)
+  --peer-dev N        device index of side B (the receiver side in procs mode); default
+                      --dev. Two ends of one link (two RDMA ports) give a real wire path.
   --mode MODE         threads (default): sender and receiver threads in one process;
                       procs: the receiver side runs in a child process
   --timeout SECS      deadline for connect/accept and for any request to progress (default 30)
@@ -27,6 +29,10 @@ bench options:
   --factor N          size multiplier between rows (default 4)
   --window N          sends in flight for the bandwidth test, 1..32 (default 32)
   --iters N           latency iterations per size, capped by volume (default 200)
+  --lat-bytes SIZE    caps latency iterations to about this many bytes per size, at least 3
+                      (default 256M)
+  --bw-bytes SIZE     bytes the bandwidth test moves per size (default 1G), in at least 8
+                      and at most --bw-max-msgs messages (default 20000)
   --json FILE         also write the results as JSON
 
 SIZE accepts K, M and G suffixes (powers of 1024), e.g. 4K, 64M.
@@ -69,6 +75,8 @@ pub struct Options {
     pub command: Command,
     pub plugin: PathBuf,
     pub dev: i32,
+    /// Device of side B (`--peer-dev`); `None` = the same as `dev`.
+    pub peer_dev: Option<i32>,
     pub mode: Mode,
     pub timeout_s: u64,
     pub max_size: usize,
@@ -77,6 +85,12 @@ pub struct Options {
     pub factor: usize,
     pub window: usize,
     pub iters: usize,
+    /// Latency iterations move at most about this many bytes per size (`--lat-bytes`).
+    pub lat_bytes: usize,
+    /// Bytes each bandwidth run moves per size (`--bw-bytes`).
+    pub bw_bytes: usize,
+    /// Most messages of one bandwidth run (`--bw-max-msgs`).
+    pub bw_max_msgs: usize,
     pub json: Option<PathBuf>,
     /// Set (by the parent, via the hidden `--child` flag) in the receiver process of `procs`.
     pub child: bool,
@@ -88,6 +102,7 @@ impl Options {
             command,
             plugin: PathBuf::new(),
             dev: 0,
+            peer_dev: None,
             mode: Mode::Threads,
             timeout_s: 30,
             max_size: 64 << 20,
@@ -96,9 +111,17 @@ impl Options {
             factor: 4,
             window: MAX_WINDOW,
             iters: 200,
+            lat_bytes: 256 << 20,
+            bw_bytes: 1 << 30,
+            bw_max_msgs: 20_000,
             json: None,
             child: false,
         }
+    }
+
+    /// The device side B uses.
+    pub fn peer_dev(&self) -> i32 {
+        self.peer_dev.unwrap_or(self.dev)
     }
 }
 
@@ -137,9 +160,10 @@ fn parse_num<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T, String> {
 }
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 11] = [
+const VALUE_OPTIONS: [&str; 15] = [
     "--plugin",
     "--dev",
+    "--peer-dev",
     "--mode",
     "--timeout",
     "--max-size",
@@ -148,6 +172,9 @@ const VALUE_OPTIONS: [&str; 11] = [
     "--factor",
     "--window",
     "--iters",
+    "--lat-bytes",
+    "--bw-bytes",
+    "--bw-max-msgs",
     "--json",
 ];
 
@@ -204,6 +231,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
                 have_plugin = true;
             }
             "--dev" => o.dev = parse_num(name, &value)?,
+            "--peer-dev" => o.peer_dev = Some(parse_num(name, &value)?),
             "--mode" => {
                 o.mode = match value.as_str() {
                     "threads" => Mode::Threads,
@@ -234,6 +262,18 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
                 bench_only(&o)?;
                 o.iters = parse_num(name, &value)?
             }
+            "--lat-bytes" => {
+                bench_only(&o)?;
+                o.lat_bytes = parse_size(&value)?
+            }
+            "--bw-bytes" => {
+                bench_only(&o)?;
+                o.bw_bytes = parse_size(&value)?
+            }
+            "--bw-max-msgs" => {
+                bench_only(&o)?;
+                o.bw_max_msgs = parse_num(name, &value)?
+            }
             "--json" => {
                 bench_only(&o)?;
                 o.json = Some(PathBuf::from(value))
@@ -251,6 +291,9 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
 fn validate(o: &Options) -> Result<(), String> {
     if o.dev < 0 {
         return Err("--dev must be >= 0".into());
+    }
+    if o.peer_dev.is_some_and(|d| d < 0) {
+        return Err("--peer-dev must be >= 0".into());
     }
     if o.timeout_s == 0 {
         return Err("--timeout must be >= 1".into());
@@ -275,6 +318,12 @@ fn validate(o: &Options) -> Result<(), String> {
     if o.iters == 0 {
         return Err("--iters must be >= 1".into());
     }
+    if o.bw_bytes == 0 || o.lat_bytes == 0 {
+        return Err("--lat-bytes and --bw-bytes must be >= 1".into());
+    }
+    if o.bw_max_msgs < 8 {
+        return Err("--bw-max-msgs must be >= 8".into());
+    }
     Ok(())
 }
 
@@ -292,6 +341,9 @@ pub fn child_args(o: &Options) -> Vec<String> {
         "--timeout".to_string(),
         o.timeout_s.to_string(),
     ];
+    if let Some(d) = o.peer_dev {
+        a.extend(["--peer-dev".to_string(), d.to_string()]);
+    }
     match o.command {
         Command::Check => a.extend(["--max-size".to_string(), o.max_size.to_string()]),
         Command::Bench => {
@@ -301,6 +353,9 @@ pub fn child_args(o: &Options) -> Vec<String> {
                 ("--factor", o.factor),
                 ("--window", o.window),
                 ("--iters", o.iters),
+                ("--lat-bytes", o.lat_bytes),
+                ("--bw-bytes", o.bw_bytes),
+                ("--bw-max-msgs", o.bw_max_msgs),
             ] {
                 a.extend([k.to_string(), v.to_string()]);
             }
@@ -366,10 +421,21 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            (o.min, o.max, o.factor, o.window, o.iters),
-            (1024, 16 << 20, 2, 8, 50)
+            (o.min, o.max, o.factor, o.window, o.iters, o.bw_bytes),
+            (1024, 16 << 20, 2, 8, 50, 1 << 30)
         );
+        assert_eq!((o.dev, o.peer_dev()), (0, 0), "side B defaults to --dev");
+        assert_eq!(o.lat_bytes, 256 << 20);
         assert_eq!(o.json, Some(PathBuf::from("r.json")));
+        let o = parse_args(&args(
+            "bench --plugin p.so --dev 1 --peer-dev 0 --lat-bytes 1M --bw-bytes 64M",
+        ))
+        .unwrap();
+        assert_eq!(
+            (o.dev, o.peer_dev(), o.lat_bytes, o.bw_bytes),
+            (1, 0, 1 << 20, 64 << 20)
+        );
+        assert_eq!(o.bw_max_msgs, 20_000);
     }
 
     #[test]
@@ -383,6 +449,10 @@ mod tests {
         assert!(err("check --plugin p stray").contains("unexpected argument"));
         assert!(err("check --plugin p --dev x").contains("not a valid number"));
         assert!(err("check --plugin p --dev -1").contains(">= 0"));
+        assert!(err("check --plugin p --peer-dev -2").contains("--peer-dev must be >= 0"));
+        assert!(err("check --plugin p --bw-bytes 1M").contains("bench option"));
+        assert!(err("bench --plugin p --bw-bytes 0").contains("--bw-bytes"));
+        assert!(err("bench --plugin p --bw-max-msgs 7").contains("--bw-max-msgs"));
         assert!(err("check --plugin p --mode fork").contains("threads or procs"));
         assert!(err("check --plugin p --window 4").contains("bench option"));
         assert!(err("bench --plugin p --max-size 4").contains("check option"));
@@ -409,6 +479,7 @@ mod tests {
         for line in [
             "check --plugin /a/b.so --dev 1 --mode procs --max-size 4M --timeout 7",
             "bench --plugin b.so --mode procs --min 16 --max 1M --factor 8 --window 4 --iters 9",
+            "bench --plugin b.so --dev 1 --peer-dev 0 --mode procs --lat-bytes 2M --bw-bytes 4M --bw-max-msgs 99",
         ] {
             let parent = parse_args(&args(line)).unwrap();
             let child = parse_args(&child_args(&parent)).unwrap();

@@ -2,18 +2,14 @@
 //! (a window of sends in flight, timed on side A until B acknowledges the last message).
 //! Side A measures; side B echoes and acknowledges. Buffers are registered once, host memory.
 
+use super::args::Options;
 use super::conn::{Endpoint, Side};
 use super::driver::{self, Buf, Ctl, RecvOp, RecvPart, SendOp};
 use super::pattern;
 use super::report::{median, BenchRow};
 use std::time::Instant;
 
-/// Latency iterations are capped so that large sizes move at most about this many bytes.
-const LAT_BYTES: usize = 256 << 20;
-/// Bandwidth runs move about this many bytes per size.
-const BW_BYTES: usize = 1 << 30;
 const BW_MIN_MSGS: usize = 8;
-const BW_MAX_MSGS: usize = 20_000;
 const ACK_SIZE: usize = 8;
 const TAG_PING: i32 = 1;
 const TAG_DATA: i32 = 2;
@@ -25,14 +21,23 @@ pub struct BenchPlan {
     pub sizes: Vec<usize>,
     pub window: usize,
     pub iters: usize,
+    /// Latency iterations are capped so that large sizes move at most about this many bytes.
+    pub lat_bytes: usize,
+    /// Bytes each bandwidth run moves per size (message count clamped to 8..=bw_max_msgs).
+    pub bw_bytes: usize,
+    pub bw_max_msgs: usize,
 }
 
 impl BenchPlan {
-    pub fn new(min: usize, max: usize, factor: usize, window: usize, iters: usize) -> Self {
+    /// The plan of a `bench` command line.
+    pub fn from_options(o: &Options) -> Self {
         BenchPlan {
-            sizes: sizes(min, max, factor),
-            window,
-            iters,
+            sizes: sizes(o.min, o.max, o.factor),
+            window: o.window,
+            iters: o.iters,
+            lat_bytes: o.lat_bytes,
+            bw_bytes: o.bw_bytes,
+            bw_max_msgs: o.bw_max_msgs,
         }
     }
 
@@ -55,14 +60,15 @@ pub fn sizes(min: usize, max: usize, factor: usize) -> Vec<usize> {
     v
 }
 
-/// Timed latency iterations for `size` (`iters` capped by volume, at least 3).
-pub fn lat_iters(size: usize, iters: usize) -> usize {
-    iters.min(LAT_BYTES / size.max(1)).max(3)
+/// Timed latency iterations for `size` (`iters` capped by the volume `lat_bytes`, at least 3).
+pub fn lat_iters(size: usize, iters: usize, lat_bytes: usize) -> usize {
+    iters.min(lat_bytes / size.max(1)).max(3)
 }
 
-/// Timed bandwidth messages for `size`.
-pub fn bw_iters(size: usize) -> usize {
-    (BW_BYTES / size.max(1)).clamp(BW_MIN_MSGS, BW_MAX_MSGS)
+/// Timed bandwidth messages for `size` when a run moves about `bw_bytes` in at most
+/// `max_msgs` messages (and at least 8).
+pub fn bw_iters(size: usize, bw_bytes: usize, max_msgs: usize) -> usize {
+    (bw_bytes / size.max(1)).clamp(BW_MIN_MSGS, max_msgs.max(BW_MIN_MSGS))
 }
 
 /// Offset of the `i`-th in-flight message: distinct slots when `window` of them fit.
@@ -131,7 +137,7 @@ fn measure(
     plan: &BenchPlan,
     ctl: &Ctl<'_>,
 ) -> Result<BenchRow, String> {
-    let n_lat = lat_iters(size, plan.iters);
+    let n_lat = lat_iters(size, plan.iters, plan.lat_bytes);
     let warm_lat = (n_lat / 10).max(1);
     let mut samples = Vec::with_capacity(n_lat);
     for i in 0..warm_lat + n_lat {
@@ -149,7 +155,7 @@ fn measure(
             samples.push(half_rtt_us);
         }
     }
-    let n_bw = bw_iters(size);
+    let n_bw = bw_iters(size, plan.bw_bytes, plan.bw_max_msgs);
     let warm_bw = n_bw.min(plan.window);
     bandwidth_send(ep, b, size, warm_bw, plan, ctl)?;
     let t0 = Instant::now();
@@ -215,7 +221,7 @@ fn serve(
     plan: &BenchPlan,
     ctl: &Ctl<'_>,
 ) -> Result<(), String> {
-    let n_lat = lat_iters(size, plan.iters);
+    let n_lat = lat_iters(size, plan.iters, plan.lat_bytes);
     let total = (n_lat / 10).max(1) + n_lat;
     // The receive for the next ping is posted before the pong goes out.
     let mut rreq = Some(driver::post_recv_one(ep, &mut b.recv, size, TAG_PING, ctl)?);
@@ -233,7 +239,7 @@ fn serve(
         let sreq = driver::post_send_one(ep, &mut b.send, size, TAG_PING, ctl)?;
         driver::wait(ep, sreq, &mut [0], ctl)?;
     }
-    let n_bw = bw_iters(size);
+    let n_bw = bw_iters(size, plan.bw_bytes, plan.bw_max_msgs);
     for n in [n_bw.min(plan.window), n_bw] {
         bandwidth_recv(ep, b, size, n, plan, ctl)?;
     }
@@ -312,12 +318,15 @@ mod tests {
 
     #[test]
     fn iteration_counts() {
-        assert_eq!(lat_iters(8, 200), 200);
-        assert_eq!(lat_iters(64 << 20, 200), 4);
-        assert_eq!(lat_iters(1 << 30, 200), 3);
-        assert_eq!(bw_iters(8), BW_MAX_MSGS);
-        assert_eq!(bw_iters(1 << 20), 1024);
-        assert_eq!(bw_iters(1 << 30), BW_MIN_MSGS);
+        assert_eq!(lat_iters(8, 200, 256 << 20), 200);
+        assert_eq!(lat_iters(64 << 20, 200, 256 << 20), 4);
+        assert_eq!(lat_iters(1 << 30, 200, 256 << 20), 3);
+        assert_eq!(lat_iters(1 << 20, 200, 16 << 20), 16);
+        assert_eq!(bw_iters(8, 1 << 30, 20_000), 20_000);
+        assert_eq!(bw_iters(1 << 20, 1 << 30, 20_000), 1024);
+        assert_eq!(bw_iters(1 << 30, 1 << 30, 20_000), BW_MIN_MSGS);
+        assert_eq!(bw_iters(64 << 10, 64 << 20, 20_000), 1024);
+        assert_eq!(bw_iters(8, 64 << 20, 500), 500);
     }
 
     #[test]

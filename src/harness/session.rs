@@ -73,6 +73,21 @@ fn load(path: &Path, dev: i32) -> Result<Loaded, String> {
     })
 }
 
+/// The properties line of side B's device (`--peer-dev`), or why it cannot be used.
+fn check_peer_dev(loaded: &Loaded, peer: i32) -> Result<String, String> {
+    if peer >= loaded.ndev {
+        return Err(format!(
+            "--peer-dev {peer}: the plugin has {} device(s)",
+            loaded.ndev
+        ));
+    }
+    let props = loaded
+        .plugin
+        .properties(peer)
+        .map_err(|e| format!("getProperties({peer}): {e}"))?;
+    Ok(report::describe_props(peer, &props))
+}
+
 /// Entry point of `ha-harness`: returns the process exit status.
 pub fn main_with_args(args: &[String]) -> i32 {
     let opts = match super::args::parse_args(args) {
@@ -104,6 +119,16 @@ pub fn main_with_args(args: &[String]) -> i32 {
         opts.mode.as_str()
     );
     println!("{}", report::describe_props(opts.dev, &loaded.props));
+    let peer = opts.peer_dev();
+    if peer != opts.dev {
+        match check_peer_dev(&loaded, peer) {
+            Ok(line) => println!("side B on {line}"),
+            Err(e) => {
+                err_line(&format!("ha-harness: {e}"));
+                return 1;
+            }
+        }
+    }
     let job = match opts.command {
         Command::Check => {
             let (cases, notes) = check::plan(opts.max_size, loaded.props.max_recvs);
@@ -123,7 +148,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
 }
 
 fn bench_plan(o: &Options) -> BenchPlan {
-    BenchPlan::new(o.min, o.max, o.factor, o.window, o.iters)
+    BenchPlan::from_options(o)
 }
 
 fn make_ctl<'a>(opts: &Options, abort: &'a AtomicBool, job: &Job) -> Ctl<'a> {
@@ -146,7 +171,11 @@ fn side_main(
     emit: &mut dyn FnMut(Event),
 ) {
     let timeout = Duration::from_secs(opts.timeout_s);
-    let ep = match conn::establish(plugin, opts.dev, xchg, timeout, abort) {
+    let dev = match side {
+        Side::A => opts.dev,
+        Side::B => opts.peer_dev(),
+    };
+    let ep = match conn::establish(plugin, dev, xchg, timeout, abort) {
         Ok(ep) => ep,
         Err(e) => return emit(Event::Failed(side, e)),
     };
@@ -479,7 +508,7 @@ fn emit_line(m: &Msg) {
 
 /// `--child`: side B of a `procs` run. Reports over stdout; stops on `abort` or stdin EOF.
 fn child_main(opts: &Options) -> i32 {
-    let loaded = match load(&opts.plugin, opts.dev) {
+    let loaded = match load(&opts.plugin, opts.peer_dev()) {
         Ok(l) => l,
         Err(e) => {
             emit_line(&Msg::Error(e));

@@ -1,5 +1,12 @@
 //! Shared helpers of the C-ABI integration tests: load the built `.so` once per test binary
-//! with the `sock` fabric on loopback, and build connections through it.
+//! and build connections through it. The fabric is the environment's (`HA_NCCL_FABRIC`,
+//! default `sock` on loopback); the Soft-RoCE suite (`scripts/softroce/test-verbs.sh`) runs
+//! the same binaries with `HA_NCCL_FABRIC=verbs`, `NCCL_IB_HCA` naming one rail's two ports,
+//! and these test-only variables:
+//! * `HA_TEST_LISTEN_DEV` / `HA_TEST_CONNECT_DEV`: the plugin devices the receiver listens on
+//!   and the sender connects from (default 0 and 0); two ends of a rail put the traffic on
+//!   the wire instead of a device's loopback;
+//! * `HA_TEST_MAX_SIZE`: largest message the size sweeps send (bytes; default: no cap).
 #![allow(dead_code)]
 
 use nccl_net_ha::abi::loader::{Comm, Mr, PluginV8, Request};
@@ -45,16 +52,40 @@ pub fn plugin() -> &'static PluginV8 {
     plugin_with(&[])
 }
 
+fn env_number(name: &str) -> Option<usize> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+    )
+}
+
+/// The device the receiver listens on (`HA_TEST_LISTEN_DEV`, default 0).
+pub fn listen_dev() -> i32 {
+    env_number("HA_TEST_LISTEN_DEV").unwrap_or(0) as i32
+}
+
+/// The device the sender connects from (`HA_TEST_CONNECT_DEV`, default 0).
+pub fn connect_dev() -> i32 {
+    env_number("HA_TEST_CONNECT_DEV").unwrap_or(0) as i32
+}
+
+/// The largest message size sweeps may send (`HA_TEST_MAX_SIZE`, default unlimited).
+pub fn max_size() -> usize {
+    env_number("HA_TEST_MAX_SIZE").unwrap_or(usize::MAX)
+}
+
 /// A connected pair, driven the way NCCL's proxy does (non-blocking calls in a loop).
 /// Returns (send comm, recv comm, connect calls that returned NULL).
 pub fn connect_pair(p: &PluginV8) -> (Comm, Comm, usize) {
-    let (mut handle, listen) = p.listen(0).expect("listen");
+    let (mut handle, listen) = p.listen(listen_dev()).expect("listen");
     let deadline = Instant::now() + Duration::from_secs(30);
     let (mut send, mut recv, mut nulls) = (None, None, 0);
     while send.is_none() || recv.is_none() {
         assert!(Instant::now() < deadline, "handshake did not finish");
         if send.is_none() {
-            send = p.connect(0, &mut handle).expect("connect");
+            send = p.connect(connect_dev(), &mut handle).expect("connect");
             nulls += usize::from(send.is_none());
         }
         if recv.is_none() {
@@ -94,17 +125,18 @@ pub fn until_some<T>(mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// Deterministic content of message `seq` of `len` bytes.
+/// Deterministic content of message `seq` of `len` bytes (xorshift64, eight bytes a step:
+/// cheap even unoptimised under emulation). A shorter pattern is a prefix of a longer one.
 pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
     let mut x = seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut v = vec![0u8; len];
+    for chunk in v.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    v
 }
 
 /// A registered buffer.

@@ -1,12 +1,21 @@
 //! Completion queues of the verbs fabric. Each CQ has a completion channel and a small thread
-//! that waits on it: on every completion event it acknowledges it, re-arms the CQ and rings
-//! the engine's doorbell — re-arming before ringing, so a completion that lands between the
-//! consumer's last empty poll and the re-arm is still seen by the poll the ring causes.
+//! that waits on it: on a completion event it acknowledges it and rings the engine's doorbell.
+//!
+//! The CQ is armed (`ibv_req_notify_cq`) only when its consumer is about to sleep: the
+//! doorbell calls [`CqArm::arm`] from `Doorbell::wait`, and the first completion after that
+//! disarms it and rings. A consumer that keeps polling (the progress thread spinning, a
+//! `test()` loop) therefore causes no completion events at all: on Soft-RoCE each event woke
+//! the notifier thread and then the progress thread, and the posting thread, in whose system
+//! call rxe placed the completion, was preempted on its way out (measured: `ibv_post_send`
+//! 2–4x slower, the 8-byte ping-pong 2x slower). A completion that arrives between the
+//! consumer's last poll and the arming is covered by the consumer polling once more after it
+//! armed (verbs only signals completions added after the request).
 //!
 //! Besides the device's completions a CQ carries flush completions the fabric makes itself
 //! for work posted to a QP already in ERR (rxe in Linux 6.1 never flushes a receive posted
 //! after the QP entered ERR; doing it here gives every provider the same behaviour).
 
+use super::super::doorbell::Arm;
 use super::super::{
     Completion, CompletionQueue, Doorbell, FabricError, Result, WcOpcode, WcStatus,
 };
@@ -16,7 +25,7 @@ use super::threads;
 use ibverbs_sys as sys;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 /// Completions fetched per `ibv_poll_cq` call.
@@ -26,6 +35,8 @@ const BATCH: usize = 32;
 pub struct VerbsCq {
     pub cq: *mut sys::ibv_cq,
     channel: *mut sys::ibv_comp_channel,
+    /// Whether a completion event is requested; shared with the notifier and the doorbell.
+    arm: Arc<CqArm>,
     wake: Arc<WakeFd>,
     thread: Option<JoinHandle<()>>,
     /// Completions made by the fabric (flushes of work posted in ERR).
@@ -49,6 +60,57 @@ struct Raw {
 // SAFETY: handed to the notifier thread, which the CQ's Drop joins before destroying them.
 unsafe impl Send for Raw {}
 
+/// Arm state of one CQ. `live` is cleared (under the lock) before the CQ is destroyed, so the
+/// doorbell, which may still hold this after the CQ went, never touches a dead CQ.
+pub struct CqArm {
+    cq: *mut sys::ibv_cq,
+    state: Mutex<ArmState>,
+    name: String,
+}
+
+struct ArmState {
+    armed: bool,
+    live: bool,
+}
+
+// SAFETY: `cq` is only used under `state`'s lock while `live`, i.e. before the CQ's Drop
+// destroys it; `ibv_req_notify_cq` is a thread-safe verbs call.
+unsafe impl Send for CqArm {}
+// SAFETY: as above.
+unsafe impl Sync for CqArm {}
+
+impl CqArm {
+    /// A completion event arrived: the request it answered is used up.
+    fn fired(&self) {
+        self.state.lock().armed = false;
+    }
+
+    fn kill(&self) {
+        self.state.lock().live = false;
+    }
+}
+
+impl Arm for CqArm {
+    fn arm(&self) -> bool {
+        let mut st = self.state.lock();
+        if st.armed || !st.live {
+            return false;
+        }
+        // SAFETY: `live` under the lock: the CQ is not destroyed yet.
+        let rc = unsafe { ffi::req_notify_cq(self.cq) };
+        if rc != 0 {
+            tracing::warn!(
+                "NET/HA verbs: {}: ibv_req_notify_cq failed: {rc}",
+                self.name
+            );
+            // Not armed: the consumer's bounded sleeps keep polling.
+            return false;
+        }
+        st.armed = true;
+        true
+    }
+}
+
 impl VerbsCq {
     pub fn create(pd: Arc<PdInner>, depth: u32, doorbell: Arc<Doorbell>) -> Result<VerbsCq> {
         let ctx = pd.hca.raw();
@@ -71,9 +133,18 @@ impl VerbsCq {
             unsafe { sys::ibv_destroy_comp_channel(channel) };
             return Err(e);
         }
+        let arm = Arc::new(CqArm {
+            cq,
+            state: Mutex::new(ArmState {
+                armed: false,
+                live: true,
+            }),
+            name: pd.name.clone(),
+        });
         let mut me = VerbsCq {
             cq,
             channel,
+            arm,
             wake,
             thread: None,
             soft: Mutex::new(VecDeque::new()),
@@ -85,22 +156,24 @@ impl VerbsCq {
         let fd = unsafe { (*channel).fd };
         ffi::set_nonblocking(fd)
             .map_err(|e| FabricError::io(format!("{}: completion channel", me.pd.name), e))?;
-        // SAFETY: live CQ.
-        let rc = unsafe { ffi::req_notify_cq(cq) };
-        ffi::check_rc(rc, || format!("{}: ibv_req_notify_cq", me.pd.name))?;
         let raw = Raw { cq, channel };
         let wake = me.wake.clone();
         let name = me.pd.name.clone();
+        let arm = me.arm.clone();
+        let bell = doorbell.clone();
         me.thread = Some(threads::spawn(
             format!("ha-verbs-cq{}", me.pd.dev),
-            move || notify_loop(raw, fd, &wake, &doorbell, &name),
+            move || notify_loop(raw, fd, &wake, &arm, &bell, &name),
         )?);
+        // Armed by the consumer's first `Doorbell::wait` from now on.
+        let weak: Weak<dyn Arm> = Arc::downgrade(&me.arm) as Weak<dyn Arm>;
+        doorbell.add_arm(weak);
         me.pd.hca.routes.add_cq(cq as usize, me.pd.events.clone());
         Ok(me)
     }
 }
 
-fn notify_loop(raw: Raw, fd: i32, wake: &WakeFd, bell: &Doorbell, name: &str) {
+fn notify_loop(raw: Raw, fd: i32, wake: &WakeFd, arm: &CqArm, bell: &Doorbell, name: &str) {
     loop {
         match ffi::wait_readable(fd, wake) {
             Ok(Wait::Stop) => return,
@@ -124,13 +197,10 @@ fn notify_loop(raw: Raw, fd: i32, wake: &WakeFd, bell: &Doorbell, name: &str) {
         if events > 0 {
             // SAFETY: acknowledges exactly the events obtained above, on the live CQ.
             unsafe { sys::ibv_ack_cq_events(raw.cq, events) };
+            // Disarmed before the ring: the woken consumer re-arms before it sleeps again.
+            arm.fired();
+            bell.ring();
         }
-        // SAFETY: live CQ.
-        let rc = unsafe { ffi::req_notify_cq(raw.cq) };
-        if rc != 0 {
-            tracing::warn!("NET/HA verbs: {name}: ibv_req_notify_cq failed: {rc}");
-        }
-        bell.ring();
     }
 }
 
@@ -208,6 +278,7 @@ impl CompletionQueue for VerbsCq {
 
 impl Drop for VerbsCq {
     fn drop(&mut self) {
+        self.arm.kill();
         self.wake.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -201,17 +201,6 @@ impl Link {
     /// which path: devices number their queue pairs independently.
     pub fn poll(&mut self, max: usize) -> Vec<(Option<usize>, Completion)> {
         let mut out = Vec::new();
-        // Nothing waiting: poll the queues ourselves rather than wait for the progress thread.
-        if self
-            .paths
-            .iter()
-            .flatten()
-            .all(|p| p.route.inbox.is_empty())
-        {
-            if let Some(p) = self.paths.iter().flatten().next() {
-                p.lease.help_poll();
-            }
-        }
         let inboxes = self
             .paths
             .iter()
