@@ -1,24 +1,41 @@
 #!/usr/bin/env bash
 # Run nccl-tests all_reduce_perf through the HA plugin and through NCCL's own Socket transport,
-# two GPUs of one host forced onto the network path, and print both busbw columns side by side.
+# the GPUs forced onto the network path, and print both busbw columns side by side.
 #
 #   scripts/nccl/compare.sh NCCL_TESTS_BUILD_DIR [OUT_DIR]
 #
+# COMPARE_MODE=g2 (default): one process, two GPUs (-g 2), loopback.
+# COMPARE_MODE=2proc: two ranks in two network namespaces (scripts/nccl/mpi-netns.sh; the build
+#   dir must be an MPI=1 build): the plugin on the two `sock` rails, NCCL Socket on the
+#   out-of-band veth pair (same kind of link).
+# COMPARE_ONLY=ha|socket runs one side (the table needs both logs in OUT_DIR).
 # Needs dist/libnccl-net-ha.so (scripts/build.sh). Extra all_reduce_perf flags: $PERF_ARGS
-# (default "-b 8 -e 1G -f 4 -g 2 -c 1").
+# (default "-b 8 -e 1G -f 4 -c 1" plus -g 2 or -g 1).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: compare.sh NCCL_TESTS_BUILD_DIR [OUT_DIR]}
 out=${2:-$here/bench/out}
 mkdir -p "$out"
-args=${PERF_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1}
-common=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=lo
-        NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET)
-echo "== HA plugin (sock fabric)"
-env "${common[@]}" LD_LIBRARY_PATH="$here/dist:${LD_LIBRARY_PATH:-}" NCCL_NET_PLUGIN=ha NCCL_NET=HA \
-  HA_NCCL_FABRIC=sock "$bin/all_reduce_perf" $args > "$out/allreduce-ha.log" 2>&1 || { tail -30 "$out/allreduce-ha.log"; exit 1; }
-echo "== NCCL Socket"
-env "${common[@]}" NCCL_NET=Socket "$bin/all_reduce_perf" $args > "$out/allreduce-socket.log" 2>&1 || { tail -30 "$out/allreduce-socket.log"; exit 1; }
-grep -E "Using network|NET/HA :|Loaded net plugin" "$out/allreduce-ha.log" | sort -u | head -5
-grep -E "Using network" "$out/allreduce-socket.log" | sort -u | head -2
-python3 "$here/scripts/nccl/perf_table.py" "$out/allreduce-ha.log" "$out/allreduce-socket.log"
+mode=${COMPARE_MODE:-g2}
+only=${COMPARE_ONLY:-both}
+common=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET)
+case "$mode" in
+  g2) launch=(); args=${PERF_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1}; common+=(NCCL_SOCKET_IFNAME=lo) ;;
+  2proc) launch=("$here/scripts/nccl/mpi-netns.sh"); args=${PERF_ARGS:--b 8 -e 1G -f 4 -g 1 -c 1} ;;
+  *) echo "compare: COMPARE_MODE is g2 or 2proc" >&2; exit 2 ;;
+esac
+ha_log="$out/allreduce-$mode-ha.log"
+so_log="$out/allreduce-$mode-socket.log"
+if [ "$only" != socket ]; then
+  echo "== HA plugin (sock fabric), $mode"
+  env "${common[@]}" LD_LIBRARY_PATH="$here/dist:${LD_LIBRARY_PATH:-}" NCCL_NET_PLUGIN=ha NCCL_NET=HA \
+    HA_NCCL_FABRIC=sock "${launch[@]}" "$bin/all_reduce_perf" $args > "$ha_log" 2>&1 || { tail -30 "$ha_log"; exit 1; }
+  grep -hE "Using network|Loaded net plugin" "$ha_log" | sed 's/^[^ ]* [^ ]* //' | sort -u | head -5
+fi
+if [ "$only" != ha ]; then
+  echo "== NCCL Socket, $mode"
+  env "${common[@]}" NCCL_NET=Socket "${launch[@]}" "$bin/all_reduce_perf" $args > "$so_log" 2>&1 || { tail -30 "$so_log"; exit 1; }
+  grep -hE "Using network" "$so_log" | sed 's/^[^ ]* [^ ]* //' | sort -u | head -2
+fi
+[ -f "$ha_log" ] && [ -f "$so_log" ] && python3 "$here/scripts/nccl/perf_table.py" "$ha_log" "$so_log"
+exit 0

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# all_reduce_perf through the HA plugin as two ranks in two network namespaces
+# (scripts/nccl/mpi-netns.sh), with rails cut from outside the processes on a schedule of
+# nccl-tests cycles (-N: one result row per cycle, -I 1: per-iteration times, so a stall shows
+# in that cycle's i_max).
+#
+#   scripts/nccl/allreduce-failover.sh single NCCL_TESTS_MPI_BUILD_DIR OUT_DIR
+#       cut rail0 (near) at cycle CUT_AT, restore it at RESTORE_AT, wait for the re-arm, cut
+#       rail1 (far) at CUT2_AT; expected: exit 0, #wrong 0 in every cycle.
+#   scripts/nccl/allreduce-failover.sh double NCCL_TESTS_MPI_BUILD_DIR OUT_DIR
+#       cut both rails at cycle CUT_AT; expected: nccl-tests reports an NCCL error and exits
+#       (non-zero) within DOUBLE_LIMIT seconds of the cut, no hang.
+#
+# Knobs: CYCLES (120), CUT_AT (15), RESTORE_AT (40), CUT2_AT (80), PERF_ARGS
+# ("-b 64M -e 64M -w 2 -n 5 -c 1 -I 1"), DOUBLE_LIMIT (60). Prints the cut log, the cycles
+# around each cut, the WARN failover lines, the per-connection stats and the verdict.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+mode=${1:?usage: allreduce-failover.sh single|double BUILD_DIR OUT_DIR}
+bin=${2:?build dir}
+out=${3:?out dir}
+mkdir -p "$out"
+rails="$here/scripts/netns/rails.sh"
+CYCLES=${CYCLES:-120}; CUT_AT=${CUT_AT:-15}; RESTORE_AT=${RESTORE_AT:-40}; CUT2_AT=${CUT2_AT:-80}
+DOUBLE_LIMIT=${DOUBLE_LIMIT:-60}
+args=${PERF_ARGS:--b 64M -e 64M -w 2 -n 5 -c 1 -I 1}
+log="$out/failover-$mode.log"
+cuts="$out/failover-$mode-cuts.log"
+: >"$cuts"
+"$rails" up >/dev/null
+export LD_LIBRARY_PATH="$here/dist${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NET_PLUGIN=ha NCCL_NET=HA \
+  NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET HA_NCCL_FABRIC=sock \
+  HA_NCCL_STATS_FILE="$out/failover-$mode.stats.json" NCCL_DEBUG_FILE="$out/failover-$mode.nccl.%h.%p.log"
+# NCCL's log goes to per-process files: interleaved with stdout it would split result rows.
+rm -f "$HA_NCCL_STATS_FILE" "$out"/failover-$mode.nccl.*.log
+nccl_logs() { cat "$out"/failover-$mode.nccl.*.log 2>/dev/null; }
+t0=$SECONDS
+"$here/scripts/nccl/mpi-netns.sh" "$bin/all_reduce_perf" $args -g 1 -N "$CYCLES" >"$log" 2>&1 &
+pid=$!
+
+cycles() { awk '$1 ~ /^[0-9]+$/ && NF >= 13' "$log" 2>/dev/null | wc -l; }
+wait_cycle() {  # N: until N result rows were printed (or the run ended)
+  while [ "$(cycles)" -lt "$1" ]; do kill -0 $pid 2>/dev/null || return 1; sleep 0.1; done
+}
+note() { echo "[$((SECONDS - t0)) s, cycle $(cycles)] $*" | tee -a "$cuts"; }
+
+if [ "$mode" = single ]; then
+  wait_cycle "$CUT_AT" && { "$rails" cut 0 near >/dev/null; note "cut rail0 near"; }
+  wait_cycle "$RESTORE_AT" && { "$rails" restore 0 >/dev/null; note "restored rail0"; }
+  # Rail 1 is cut only once rail 0 is back as the standby (the plugin logs the verified re-arm).
+  until nccl_logs | grep -q "re-armed as the standby"; do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  wait_cycle "$CUT2_AT" && { "$rails" cut 1 far >/dev/null; note "cut rail1 far"; }
+  wait $pid; rc=$?
+  note "exit $rc"
+  "$rails" restore 1 >/dev/null 2>&1 || true
+else
+  wait_cycle "$CUT_AT" && { "$rails" cut 0 near >/dev/null; "$rails" cut 1 near >/dev/null; note "cut rail0 and rail1"; }
+  tc=$SECONDS
+  while kill -0 $pid 2>/dev/null && [ $((SECONDS - tc)) -lt "$DOUBLE_LIMIT" ]; do sleep 0.2; done
+  if kill -0 $pid 2>/dev/null; then
+    note "HANG: still running $DOUBLE_LIMIT s after the double cut; killing"
+    "$rails" down >/dev/null 2>&1
+    wait $pid; rc=124
+  else
+    wait $pid; rc=$?
+    note "exit $rc, $((SECONDS - tc)) s after the double cut"
+  fi
+  "$rails" restore 0 >/dev/null 2>&1 || true; "$rails" restore 1 >/dev/null 2>&1 || true
+fi
+
+echo "== result rows around the cuts (size count type redop root time algbw busbw #wrong i_min i_max i_p99 i_cv% | in-place ...)"
+awk '$1 ~ /^[0-9]+$/ && NF >= 13 { n++; printf "cycle %3d: %s\n", n, $0 }' "$log" |
+  awk -v a="$CUT_AT" -v b="$RESTORE_AT" -v c="$CUT2_AT" '{ n=$2+0; if ((n>=a-1&&n<=a+2)||(n>=b-1&&n<=b+2)||(n>=c-1&&n<=c+2)) print }'
+rows=$(cycles)
+wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { w += $9 + $(NF >= 21 ? 17 : 13) } END { print w+0 }' "$log")
+worst=$(awk '$1 ~ /^[0-9]+$/ && NF >= 21 { if ($11 > m) m = $11 } END { print m+0 }' "$log")
+echo "== WARN lines"
+{ nccl_logs; cat "$log"; } | grep -E "NCCL WARN|re-armed|error" | grep -v ' stats {' |
+  sed -E 's/^.*NCCL WARN /WARN /; s/^.*NCCL INFO /INFO /; s/\[dev [0-9]+ qp [0-9]+ \| dev [0-9]+ qp [0-9]+\]/[...]/; s/took [0-9]+ us/took N us/; s/replayed [0-9]+/replayed N/' |
+  sort | uniq -c | sort -rn | head -14
+echo "== failover times (us) from the WARN lines"
+nccl_logs | sed -n 's/.*failover .*took \([0-9]*\) us.*/\1/p' | sort -n | awk '{ a[NR] = $1 } END { if (NR) printf "%d failovers: min %d, median %d, max %d us\n", NR, a[1], a[int((NR+1)/2)], a[NR] }'
+echo "== stats (first lines)"
+head -4 "$HA_NCCL_STATS_FILE" 2>/dev/null
+echo "== $mode: exit $rc, $rows cycles, #wrong $wrong, worst i_max ${worst} us"
+if [ "$mode" = single ]; then [ "$rc" = 0 ] && [ "$wrong" = 0 ] && [ "$rows" -ge "$CYCLES" ]; else [ "$rc" != 0 ] && [ "$rc" != 124 ]; fi

@@ -1,0 +1,111 @@
+#!/bin/bash
+# Guest side of bench-verbs.sh: on rail A, per message size, `ha-harness bench` through the
+# plugin, then perftest's ib_write_lat and ib_write_bw between the same two rxe ports, with
+# the same iteration counts and writes in flight. Sizes are interleaved (plugin, perftest,
+# next size) so both tools see the same machine load.
+#
+#   bench.sh HARNESS PLUGIN_SO MIN MAX FACTOR LAT_ITERS LAT_BYTES BW_BYTES BW_MAX_MSGS WINDOW ROUNDS
+#
+# The whole sweep runs ROUNDS times (the host keeps the best of each): a burst of load on the
+# shared host then spoils one round of some sizes, not the result.
+#
+# Both sides of every run are pinned, the sender to CPU 0 and the receiver to CPU 1: two
+# busy-polling processes that the scheduler puts on one vCPU take turns per tick (4 ms), for
+# perftest as much as for the plugin. The plugin's receiver is ha-harness's child process,
+# re-pinned (all its threads) as soon as it exists; the plugin's own threads start later,
+# from the pinned threads, and inherit the CPU.
+#
+# Prints the tools' own output and, for the host to tabulate, lines
+#   RESULT plugin SIZE LAT_US BW_GBPS        (1 GB = 1e9 bytes)
+#   RESULT ib_write_lat SIZE T_TYPICAL_US
+#   RESULT ib_write_bw SIZE BW_AVG_MIBPS     (perftest's MB = 2^20 bytes)
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+harness=$1 so=$2 min=$3 max=$4 factor=$5 lat_iters=$6 lat_bytes=$7 bw_bytes=$8
+bw_max=$9 window=${10} rounds=${11}
+read -r dev0 gid0 ip0 _ <<< "$SOFTROCE_A0"
+read -r dev1 gid1 ip1 _ <<< "$SOFTROCE_A1"
+
+# The plugin: single path on rail A; side A (the measuring side, the sender of the bandwidth
+# test) on device 0 of the two the filter offers, side B on device 1, in a child process.
+export HA_NCCL_FABRIC=verbs NCCL_IB_HCA="=$dev0:1,$dev1:1" NCCL_SOCKET_IFNAME=lo
+export HA_NCCL_ENABLE_BACKUP=0 HA_NCCL_QP_RETRY_CNT=6 HA_NCCL_QP_TIMEOUT=16
+echo "== NCCL_IB_HCA=$NCCL_IB_HCA; other knobs: $(compgen -e | grep '^HA_NCCL_' | grep -v 'FABRIC\|BACKUP\|RETRY_CNT\|QP_TIMEOUT' | tr '\n' ' ')"
+echo "== clocksource $(< /sys/devices/system/clocksource/clocksource0/current_clocksource), $(nproc) vCPUs"
+
+# plugin SIZE: one ha-harness run for SIZE; RESULT line from its JSON (full precision).
+plugin() {
+  local size=$1 out=/tmp/harness.out json=/tmp/harness.json pid child n line rc
+  rm -f "$json"
+  taskset -c 0 "$harness" bench --plugin "$so" --mode procs --dev 0 --peer-dev 1 \
+    --min "$size" --max "$size" --iters "$lat_iters" --lat-bytes "$lat_bytes" \
+    --bw-bytes "$bw_bytes" --bw-max-msgs "$bw_max" --window "$window" --timeout 120 \
+    --json "$json" > "$out" 2>&1 &
+  pid=$!
+  child= n=0
+  while [ -z "$child" ] && ((n++ < 500)); do
+    read -r child 2>/dev/null < "/proc/$pid/task/$pid/children" || fsleep 0.01
+  done
+  [ -n "$child" ] && taskset -a -p -c 1 "$child" > /dev/null
+  wait "$pid"
+  rc=$?
+  cat "$out"
+  [ "$rc" -eq 0 ] || { echo "bench: ha-harness failed for $size B (rc=$rc)"; return 1; }
+  local re='"size": ([0-9]+), "lat_us": ([-0-9.e]+), "bw_GBps": ([-0-9.e]+)'
+  while read -r line; do
+    [[ $line =~ $re ]] && echo "RESULT plugin ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]}"
+  done < "$json"
+  return 0
+}
+
+# wait_listen PORT: until a TCP socket listens on PORT (fork-free, /proc/net/tcp).
+wait_listen() {
+  local hex n line
+  printf -v hex ':%04X ' "$1"
+  for ((n = 0; n < 300; n++)); do
+    while read -r line; do
+      [[ $line == *"$hex"00000000:0000\ 0A* ]] && return 0
+    done < /proc/net/tcp
+    fsleep 0.05
+  done
+  return 1
+}
+
+port=18600
+# perf TOOL SIZE ITERS FIELD EXTRA...: server (receiver) on $dev1 / CPU 1, client (sender)
+# on $dev0 / CPU 0; prints the client's output and RESULT TOOL SIZE <field FIELD of its row>.
+perf() {
+  local tool=$1 size=$2 iters=$3 field=$4 sout=/tmp/perf.server cout=/tmp/perf.client spid rc f
+  shift 4
+  port=$((port + 1))
+  taskset -c 1 "$tool" -d "$dev1" -x "$gid1" -s "$size" -n "$iters" -p "$port" -F "$@" \
+    > "$sout" 2>&1 &
+  spid=$!
+  wait_listen "$port" || { echo "bench: $tool server did not listen"; cat "$sout"; return 1; }
+  taskset -c 0 "$tool" -d "$dev0" -x "$gid0" -s "$size" -n "$iters" -p "$port" -F "$@" \
+    "$ip1" > "$cout" 2>&1
+  rc=$?
+  wait "$spid"
+  cat "$cout"
+  [ "$rc" -eq 0 ] || { echo "bench: $tool -s $size failed (rc=$rc)"; cat "$sout"; return 1; }
+  while read -r -a f; do
+    [ "${#f[@]}" -gt "$field" ] && [ "${f[0]}" = "$size" ] && [[ ${f[1]} =~ ^[0-9]+$ ]] &&
+      echo "RESULT $tool $size ${f[$field]}"
+  done < "$cout"
+  return 0
+}
+
+# Iteration counts as ha-harness computes them (src/harness/bench.rs), except that perftest
+# needs at least 5 where ha-harness takes at least 3.
+status=0
+for ((round = 1; round <= rounds; round++)); do
+  for ((size = min; size <= max; size *= factor)); do
+    echo "== round $round, $size B, load $(< /proc/loadavg)"
+    plugin "$size" || status=1
+    n=$((lat_bytes / size)); ((n > lat_iters)) && n=$lat_iters; ((n < 5)) && n=5
+    perf ib_write_lat "$size" "$n" 4 || status=1
+    n=$((bw_bytes / size)); ((n < 8)) && n=8; ((n > bw_max)) && n=$bw_max
+    perf ib_write_bw "$size" "$n" 3 -t "$window" || status=1
+  done
+done
+exit $status
