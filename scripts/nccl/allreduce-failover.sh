@@ -14,6 +14,17 @@
 # Knobs: CYCLES (120), CUT_AT (15), RESTORE_AT (40), CUT2_AT (80), PERF_ARGS
 # ("-b 64M -e 64M -w 2 -n 5 -c 1 -I 1"), DOUBLE_LIMIT (60). Prints the cut log, the cycles
 # around each cut, the WARN failover lines, the per-connection stats and the verdict.
+#
+# On a real cluster (verbs fabric, two hosts, two NICs each) set the launcher and the link
+# commands; everything else is the same:
+#   LAUNCH="mpirun -np 2 --host n1,n2 -x LD_LIBRARY_PATH -x NCCL_NET_PLUGIN -x NCCL_NET -x NCCL_DEBUG \
+#           -x NCCL_DEBUG_SUBSYS -x NCCL_DEBUG_FILE -x HA_NCCL_STATS_FILE" \
+#   CUT_CMD="ssh n1 ip link set ens1f0np0 down" RESTORE_CMD="ssh n1 ip link set ens1f0np0 up" \
+#   CUT2_CMD="ssh n2 ip link set ens2f0np0 down" HA_NCCL_FABRIC=verbs \
+#     scripts/nccl/allreduce-failover.sh single ~/nccl-tests/build OUT
+# (DOUBLE_CMD for the double cut; OUT must be on a shared filesystem for the per-process NCCL
+# logs and stats, or collect them from each host.) Default: the two namespaces of
+# scripts/netns/rails.sh, launched by scripts/nccl/mpi-netns.sh, on the `sock` fabric.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 mode=${1:?usage: allreduce-failover.sh single|double BUILD_DIR OUT_DIR}
@@ -27,15 +38,25 @@ args=${PERF_ARGS:--b 64M -e 64M -w 2 -n 5 -c 1 -I 1}
 log="$out/failover-$mode.log"
 cuts="$out/failover-$mode-cuts.log"
 : >"$cuts"
-"$rails" up >/dev/null
+netns=0
+if [ -z "${LAUNCH:-}" ]; then
+  netns=1
+  "$rails" up >/dev/null
+  LAUNCH="$here/scripts/nccl/mpi-netns.sh"
+  export HA_NCCL_FABRIC=sock NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+fi
+CUT_CMD=${CUT_CMD:-$rails cut 0 near}
+RESTORE_CMD=${RESTORE_CMD:-$rails restore 0}
+CUT2_CMD=${CUT2_CMD:-$rails cut 1 far}
+DOUBLE_CMD=${DOUBLE_CMD:-$rails cut 0 near; $rails cut 1 near}
 export LD_LIBRARY_PATH="$here/dist${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NET_PLUGIN=ha NCCL_NET=HA \
-  NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET HA_NCCL_FABRIC=sock \
+  NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
   HA_NCCL_STATS_FILE="$out/failover-$mode.stats.json" NCCL_DEBUG_FILE="$out/failover-$mode.nccl.%h.%p.log"
 # NCCL's log goes to per-process files: interleaved with stdout it would split result rows.
 rm -f "$HA_NCCL_STATS_FILE" "$out"/failover-$mode.nccl.*.log
 nccl_logs() { cat "$out"/failover-$mode.nccl.*.log 2>/dev/null; }
 t0=$SECONDS
-"$here/scripts/nccl/mpi-netns.sh" "$bin/all_reduce_perf" $args -g 1 -N "$CYCLES" >"$log" 2>&1 &
+$LAUNCH "$bin/all_reduce_perf" $args -g 1 -N "$CYCLES" >"$log" 2>&1 &
 pid=$!
 
 cycles() { awk '$1 ~ /^[0-9]+$/ && NF >= 13' "$log" 2>/dev/null | wc -l; }
@@ -45,27 +66,27 @@ wait_cycle() {  # N: until N result rows were printed (or the run ended)
 note() { echo "[$((SECONDS - t0)) s, cycle $(cycles)] $*" | tee -a "$cuts"; }
 
 if [ "$mode" = single ]; then
-  wait_cycle "$CUT_AT" && { "$rails" cut 0 near >/dev/null; note "cut rail0 near"; }
-  wait_cycle "$RESTORE_AT" && { "$rails" restore 0 >/dev/null; note "restored rail0"; }
+  wait_cycle "$CUT_AT" && { eval "$CUT_CMD" >/dev/null; note "cut: $CUT_CMD"; }
+  wait_cycle "$RESTORE_AT" && { eval "$RESTORE_CMD" >/dev/null; note "restore: $RESTORE_CMD"; }
   # Rail 1 is cut only once rail 0 is back as the standby (the plugin logs the verified re-arm).
   until nccl_logs | grep -q "re-armed as the standby"; do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
-  wait_cycle "$CUT2_AT" && { "$rails" cut 1 far >/dev/null; note "cut rail1 far"; }
+  wait_cycle "$CUT2_AT" && { eval "$CUT2_CMD" >/dev/null; note "cut: $CUT2_CMD"; }
   wait $pid; rc=$?
   note "exit $rc"
-  "$rails" restore 1 >/dev/null 2>&1 || true
+  [ $netns = 1 ] && { "$rails" restore 1 >/dev/null 2>&1 || true; }
 else
-  wait_cycle "$CUT_AT" && { "$rails" cut 0 near >/dev/null; "$rails" cut 1 near >/dev/null; note "cut rail0 and rail1"; }
+  wait_cycle "$CUT_AT" && { eval "$DOUBLE_CMD" >/dev/null; note "double cut: $DOUBLE_CMD"; }
   tc=$SECONDS
   while kill -0 $pid 2>/dev/null && [ $((SECONDS - tc)) -lt "$DOUBLE_LIMIT" ]; do sleep 0.2; done
   if kill -0 $pid 2>/dev/null; then
     note "HANG: still running $DOUBLE_LIMIT s after the double cut; killing"
-    "$rails" down >/dev/null 2>&1
+    if [ $netns = 1 ]; then "$rails" down >/dev/null 2>&1; else kill -KILL $pid 2>/dev/null; fi
     wait $pid; rc=124
   else
     wait $pid; rc=$?
     note "exit $rc, $((SECONDS - tc)) s after the double cut"
   fi
-  "$rails" restore 0 >/dev/null 2>&1 || true; "$rails" restore 1 >/dev/null 2>&1 || true
+  [ $netns = 1 ] && { "$rails" restore 0 >/dev/null 2>&1; "$rails" restore 1 >/dev/null 2>&1; } || true
 fi
 
 echo "== result rows around the cuts (size count type redop root time algbw busbw #wrong i_min i_max i_p99 i_cv% | in-place ...)"
