@@ -63,7 +63,10 @@ fn wait_done(req: u64) -> Vec<u64> {
         if let Some(sizes) = ops::test(req).expect("test") {
             return sizes;
         }
-        assert!(Instant::now() < deadline, "request {req:#x} did not complete");
+        assert!(
+            Instant::now() < deadline,
+            "request {req:#x} did not complete"
+        );
         std::thread::yield_now();
     }
 }
@@ -167,7 +170,11 @@ fn a_thousand_connections_leave_no_resource_behind() {
         // Exact: every pair is two connections with two paths (a queue pair each) per side,
         // on two devices (a PD and a CQ each, shared by all connections).
         assert_eq!(now.connections, 2 * BATCH, "round {round}: {now:?}");
-        assert_eq!(now.qps, 4 * BATCH, "round {round}: {now:?} (standby paths on)");
+        assert_eq!(
+            now.qps,
+            4 * BATCH,
+            "round {round}: {now:?} (standby paths on)"
+        );
         assert_eq!((now.pds, now.cqs), (2, 2), "round {round}: {now:?}");
         assert!(now.mrs > 0 && now.threads > 0, "round {round}: {now:?}");
         // Each side's listener (PD: two descriptors per rail) plus streams.

@@ -178,9 +178,7 @@ pub fn socket<T>(s: T) -> Counted<T> {
 }
 
 /// A counted duplicate of a stream's descriptor.
-pub fn try_clone_stream(
-    s: &std::net::TcpStream,
-) -> std::io::Result<Counted<std::net::TcpStream>> {
+pub fn try_clone_stream(s: &std::net::TcpStream) -> std::io::Result<Counted<std::net::TcpStream>> {
     s.try_clone().map(socket)
 }
 

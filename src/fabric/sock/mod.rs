@@ -45,7 +45,9 @@ pub mod wire;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use crate::fabric::{counters, DeviceInfo, Fabric, FabricError, LinkLayer, ProtectionDomain, Result};
+use crate::fabric::{
+    counters, DeviceInfo, Fabric, FabricError, LinkLayer, ProtectionDomain, Result,
+};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -66,10 +66,9 @@ fn connect(qp: &QpShared) -> Option<Counted<TcpStream>> {
         if qp.dead() {
             return None;
         }
-        let attempt =
-            net::connect_from(qp.pd.ip, dst, deadline, &|| qp.dead())
-                .map(counters::socket)
-                .and_then(|mut s| {
+        let attempt = net::connect_from(qp.pd.ip, dst, deadline, &|| qp.dead())
+            .map(counters::socket)
+            .and_then(|mut s| {
                 net::tune_stream(&s, tun.ack_tick())?;
                 s.write_all(&hello)?;
                 Ok(s)

@@ -1,6 +1,7 @@
 //! Protection domains and memory registrations of the verbs fabric. A PD belongs to one
 //! fabric device (an HCA port); it keeps the device open, and its CQs, QPs and MRs keep it.
 
+use super::super::counters::{Held, Resource};
 use super::super::{
     Access, CompletionQueue, Doorbell, FabricError, MemoryRegion, MrKeys, ProtectionDomain, QpCaps,
     QueuePair, Result,
@@ -11,7 +12,6 @@ use super::events::PortEvents;
 use super::ffi;
 use super::hca::Hca;
 use super::qp::VerbsQp;
-use super::super::counters::{Held, Resource};
 use ibverbs_sys as sys;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

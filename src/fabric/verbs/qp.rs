@@ -10,11 +10,11 @@
 //! after `to_err` is not handed to the device: the fabric completes it with `WR_FLUSH_ERR`
 //! itself (as the `sock` fabric does; rxe would leave such receives pending forever).
 
+use super::super::counters::{Held, Resource};
 use super::super::{
     Completion, FabricError, LinkLayer, QpCaps, QpState, QueuePair, Result, SendOp, SendWr,
     WcOpcode, WcStatus,
 };
-use super::super::counters::{Held, Resource};
 use super::cq::VerbsCq;
 use super::endpoint::Endpoint;
 use super::ffi;
