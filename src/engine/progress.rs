@@ -8,6 +8,7 @@
 //! `Doorbell::wait`) and sleeps until the next completion.
 
 use super::router::Router;
+use crate::fabric::counters::{Held, Resource};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -23,9 +24,13 @@ impl ProgressThread {
     pub fn start(router: Arc<Router>, spin: Duration) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let (s, r) = (stop.clone(), router.clone());
+        let held = Held::new(Resource::Thread);
         let handle = std::thread::Builder::new()
             .name("ha-progress".into())
-            .spawn(move || run(&r, &s, spin))?;
+            .spawn(move || {
+                let _held = held;
+                run(&r, &s, spin)
+            })?;
         Ok(ProgressThread {
             stop,
             router,

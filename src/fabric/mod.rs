@@ -8,6 +8,7 @@
 //! Everything above this layer sees memory only as addresses (`usize`) and keys; the fabric
 //! is the one place that dereferences them.
 
+pub mod counters;
 pub mod doorbell;
 pub mod netif;
 pub mod oob;

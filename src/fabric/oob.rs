@@ -5,6 +5,7 @@
 //! close-on-exec and has `TCP_NODELAY`; writes use `MSG_NOSIGNAL`, so a vanished peer is an
 //! error, never a `SIGPIPE` in NCCL's process.
 
+use crate::fabric::counters::{Held, Resource};
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -24,6 +25,7 @@ pub enum ReadOutcome {
 pub struct OobListener {
     listener: TcpListener,
     local: SocketAddr,
+    _held: Held,
 }
 
 impl OobListener {
@@ -33,7 +35,11 @@ impl OobListener {
         let listener = TcpListener::bind(SocketAddr::new(ip, 0))?;
         listener.set_nonblocking(true)?;
         let local = listener.local_addr()?;
-        Ok(OobListener { listener, local })
+        Ok(OobListener {
+            listener,
+            local,
+            _held: Held::new(Resource::Socket),
+        })
     }
 
     /// The address peers connect to.
@@ -51,6 +57,7 @@ impl OobListener {
                 Ok(Some(OobStream {
                     stream,
                     connected: true,
+                    _held: Held::new(Resource::Socket),
                 }))
             }
             Err(e) if is_transient_accept_error(&e) => Ok(None),
@@ -78,6 +85,7 @@ pub struct OobStream {
     stream: TcpStream,
     /// Established (always true on the accepting side).
     connected: bool,
+    _held: Held,
 }
 
 /// `SocketAddr` as a `sockaddr_storage` and its length.
@@ -157,7 +165,11 @@ impl OobStream {
                 _ => return Err(e),
             }
         };
-        Ok(OobStream { stream, connected })
+        Ok(OobStream {
+            stream,
+            connected,
+            _held: Held::new(Resource::Socket),
+        })
     }
 
     /// `true` once the connection is established; `Err` if it failed (refused, unreachable,

@@ -2,6 +2,7 @@
 //! doorbell rung after each push, and a registry that maps the `Arc<dyn CompletionQueue>`
 //! handed to `create_qp` back to the concrete queue.
 
+use crate::fabric::counters::{Held, Resource};
 use crate::fabric::{Completion, CompletionQueue, Doorbell, FabricError, Result};
 use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
@@ -10,6 +11,7 @@ use std::sync::{Arc, Weak};
 pub struct SockCq {
     q: SegQueue<Completion>,
     bell: Arc<Doorbell>,
+    _held: Held,
 }
 
 /// Live queues by address (control path only).
@@ -20,6 +22,7 @@ impl SockCq {
         let cq = Arc::new(SockCq {
             q: SegQueue::new(),
             bell,
+            _held: Held::new(Resource::Cq),
         });
         REGISTRY
             .lock()

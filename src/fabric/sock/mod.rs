@@ -45,7 +45,9 @@ pub mod wire;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use crate::fabric::{DeviceInfo, Fabric, FabricError, LinkLayer, ProtectionDomain, Result};
+use crate::fabric::{
+    counters, DeviceInfo, Fabric, FabricError, LinkLayer, ProtectionDomain, Result,
+};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -253,10 +255,12 @@ pub(crate) fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<J
         }
     }
     LIVE_THREADS.fetch_add(1, Ordering::SeqCst);
+    let held = counters::Held::new(counters::Resource::Thread);
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
             let _count = Count;
+            let _held = held;
             f()
         })
         .map_err(|e| {

@@ -2,6 +2,7 @@
 //! deregistration wait for any placement (or send) in progress in that region.
 
 use super::pd::PdShared;
+use crate::fabric::counters::Held;
 use crate::fabric::{Access, MemoryRegion, MrKeys};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::HashMap;
@@ -107,6 +108,7 @@ impl MrTable {
 pub struct SockMr {
     pub(super) entry: Arc<MrEntry>,
     pub(super) pd: Arc<PdShared>,
+    pub(super) _held: Held,
 }
 
 impl MemoryRegion for SockMr {

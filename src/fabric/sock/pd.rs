@@ -7,6 +7,7 @@ use super::net;
 use super::qp::{QpShared, SockQp};
 use super::wire::{Hello, HELLO_LEN};
 use super::{spawn, Tunables};
+use crate::fabric::counters::{self, Counted, Held, Resource};
 use crate::fabric::{
     Access, CompletionQueue, Doorbell, FabricError, MemoryRegion, ProtectionDomain, QpCaps,
     QueuePair, Result,
@@ -50,8 +51,9 @@ impl PdShared {
 pub struct PdCore {
     pub shared: Arc<PdShared>,
     stop: Arc<AtomicBool>,
-    listener: TcpListener,
+    listener: Counted<TcpListener>,
     thread: Option<JoinHandle<()>>,
+    _held: Held,
 }
 
 impl Drop for PdCore {
@@ -71,8 +73,9 @@ pub struct SockPd {
 
 impl SockPd {
     pub fn open(dev: usize, ip: IpAddr, tun: Tunables) -> Result<SockPd> {
-        let listener =
-            net::listen(ip).map_err(|e| FabricError::io(format!("sock: listen on {ip}"), e))?;
+        let listener = net::listen(ip)
+            .map(counters::socket)
+            .map_err(|e| FabricError::io(format!("sock: listen on {ip}"), e))?;
         let port = listener
             .local_addr()
             .map_err(|e| FabricError::io("sock: listener address", e))?
@@ -89,6 +92,7 @@ impl SockPd {
         let stop = Arc::new(AtomicBool::new(false));
         let l2 = listener
             .try_clone()
+            .map(counters::socket)
             .map_err(|e| FabricError::io("sock: clone listener", e))?;
         let (sh, st) = (shared.clone(), stop.clone());
         let thread = spawn(format!("sock-lsn-{}", shared.id), move || {
@@ -100,12 +104,13 @@ impl SockPd {
                 stop,
                 listener,
                 thread: Some(thread),
+                _held: Held::new(Resource::Pd),
             }),
         })
     }
 }
 
-fn listen_loop(l: TcpListener, pd: Arc<PdShared>, stop: Arc<AtomicBool>) {
+fn listen_loop(l: Counted<TcpListener>, pd: Arc<PdShared>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
         // Poll so a missed shutdown wake-up still ends the loop.
         match net::poll_one(l.as_raw_fd(), libc::POLLIN, 200) {
@@ -120,7 +125,7 @@ fn listen_loop(l: TcpListener, pd: Arc<PdShared>, stop: Arc<AtomicBool>) {
             break;
         }
         match l.accept() {
-            Ok((s, _)) => hand_over(s, &pd),
+            Ok((s, _)) => hand_over(counters::socket(s), &pd),
             Err(e) => {
                 tracing::debug!("sock: accept: {e}");
                 // EMFILE and friends: do not spin.
@@ -131,7 +136,7 @@ fn listen_loop(l: TcpListener, pd: Arc<PdShared>, stop: Arc<AtomicBool>) {
 }
 
 /// Read the hello and give the stream to its queue pair, or drop (close) it.
-fn hand_over(mut s: TcpStream, pd: &PdShared) {
+fn hand_over(mut s: Counted<TcpStream>, pd: &PdShared) {
     let mut b = [0u8; HELLO_LEN];
     let ok = s.set_nonblocking(false).is_ok()
         && s.set_read_timeout(Some(Duration::from_secs(1))).is_ok()
@@ -178,6 +183,7 @@ impl ProtectionDomain for SockPd {
         Ok(Box::new(SockMr {
             entry,
             pd: self.core.shared.clone(),
+            _held: Held::new(Resource::Mr),
         }))
     }
     fn create_cq(&self, _depth: u32, doorbell: Arc<Doorbell>) -> Result<Arc<dyn CompletionQueue>> {

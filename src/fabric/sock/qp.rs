@@ -11,6 +11,7 @@ use super::net;
 use super::pd::{PdCore, PdShared};
 use super::wire::{psn_le, Hello};
 use super::{requester, responder, spawn, SockEndpoint};
+use crate::fabric::counters::{self, Counted, Held, Resource};
 use crate::fabric::{
     Access, Completion, FabricError, QpCaps, QpState, QueuePair, Result, SendOp, SendWr, WcOpcode,
     WcStatus,
@@ -78,8 +79,8 @@ pub struct SendQueue {
 pub struct Control {
     pub remote: Option<SockEndpoint>,
     threads: Vec<JoinHandle<()>>,
-    out_sock: Option<TcpStream>,
-    in_sock: Option<TcpStream>,
+    out_sock: Option<Counted<TcpStream>>,
+    in_sock: Option<Counted<TcpStream>>,
     inbound_attached: bool,
 }
 
@@ -101,6 +102,7 @@ pub struct QpShared {
     /// Shared around every copy into or out of memory; exclusive = the `to_err` fence.
     pub place: RwLock<()>,
     fail_mx: Mutex<()>,
+    _held: Held,
 }
 
 impl QpShared {
@@ -263,7 +265,7 @@ impl QpShared {
     }
 
     /// Publish the connected outbound stream (so `fail` can shut it); false if dead.
-    pub fn set_out_sock(&self, s: TcpStream) -> bool {
+    pub fn set_out_sock(&self, s: Counted<TcpStream>) -> bool {
         let mut ctl = self.ctl.lock();
         if self.dead() {
             return false;
@@ -273,7 +275,7 @@ impl QpShared {
     }
 
     /// The listener found a stream whose hello names this queue pair.
-    pub fn attach_inbound(self: &Arc<Self>, s: TcpStream, hello: &Hello) -> bool {
+    pub fn attach_inbound(self: &Arc<Self>, s: Counted<TcpStream>, hello: &Hello) -> bool {
         if hello.target_nonce != self.nonce {
             return false;
         }
@@ -285,7 +287,7 @@ impl QpShared {
             if net::tune_stream(&s, self.pd.tun.rx_tick()).is_err() {
                 return false;
             }
-            match s.try_clone() {
+            match counters::try_clone_stream(&s) {
                 Ok(c) => {
                     // One inbound stream per queue pair, ever.
                     ctl.inbound_attached = true;
@@ -382,6 +384,7 @@ impl SockQp {
             rq_cv: Condvar::new(),
             place: RwLock::new(()),
             fail_mx: Mutex::new(()),
+            _held: Held::new(Resource::Qp),
         });
         core.shared.register_qp(&shared);
         SockQp {

@@ -11,6 +11,7 @@ use super::net;
 use super::qp::QpShared;
 use super::reader::{Abort, FrameReader, Watch};
 use super::wire::{flags, syndrome, Header, Hello, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
+use crate::fabric::counters::{self, Counted};
 use crate::fabric::{SendOp, WcStatus};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -26,7 +27,10 @@ pub fn run_sender(qp: Arc<QpShared>) {
     let Some(stream) = connect(&qp) else {
         return;
     };
-    let (Ok(for_reader), Ok(for_fail)) = (stream.try_clone(), stream.try_clone()) else {
+    let (Ok(for_reader), Ok(for_fail)) = (
+        counters::try_clone_stream(&stream),
+        counters::try_clone_stream(&stream),
+    ) else {
         qp.link_failed();
         return;
     };
@@ -43,7 +47,7 @@ pub fn run_sender(qp: Arc<QpShared>) {
 }
 
 /// Connect to the peer's listener and send the hello, retrying until `retry_timeout`.
-fn connect(qp: &QpShared) -> Option<TcpStream> {
+fn connect(qp: &QpShared) -> Option<Counted<TcpStream>> {
     let Some(remote) = qp.ctl.lock().remote else {
         qp.fail(Some(WcStatus::LocQpOpErr));
         return None;
@@ -62,8 +66,9 @@ fn connect(qp: &QpShared) -> Option<TcpStream> {
         if qp.dead() {
             return None;
         }
-        let attempt =
-            net::connect_from(qp.pd.ip, dst, deadline, &|| qp.dead()).and_then(|mut s| {
+        let attempt = net::connect_from(qp.pd.ip, dst, deadline, &|| qp.dead())
+            .map(counters::socket)
+            .and_then(|mut s| {
                 net::tune_stream(&s, tun.ack_tick())?;
                 s.write_all(&hello)?;
                 Ok(s)
@@ -269,7 +274,7 @@ struct ReadCtx {
     mr: Option<Arc<MrEntry>>,
 }
 
-fn run_ack_reader(qp: Arc<QpShared>, stream: TcpStream) {
+fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     let mut rd = FrameReader::new(stream.as_raw_fd());
     let end = ack_loop(&qp, &mut rd);
     match end {

@@ -9,6 +9,7 @@ use super::net;
 use super::qp::QpShared;
 use super::reader::{Abort, FrameReader, Watch};
 use super::wire::{flags, syndrome, Header, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
+use crate::fabric::counters::Counted;
 use crate::fabric::{Access, QpState, WcStatus};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
@@ -77,7 +78,7 @@ struct Responder<'a> {
 }
 
 /// Responder thread body.
-pub fn run(qp: Arc<QpShared>, stream: TcpStream) {
+pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     {
         let mut ctl = qp.ctl.lock();
         loop {

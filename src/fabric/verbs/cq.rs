@@ -15,6 +15,7 @@
 //! for work posted to a QP already in ERR (rxe in Linux 6.1 never flushes a receive posted
 //! after the QP entered ERR; doing it here gives every provider the same behaviour).
 
+use super::super::counters::{Held, Resource};
 use super::super::doorbell::Arm;
 use super::super::{
     Completion, CompletionQueue, Doorbell, FabricError, Result, WcOpcode, WcStatus,
@@ -42,6 +43,7 @@ pub struct VerbsCq {
     /// Completions made by the fabric (flushes of work posted in ERR).
     soft: Mutex<VecDeque<Completion>>,
     bell: Arc<Doorbell>,
+    _held: Held,
     // Last: the PD (and through it the device) outlives the CQ.
     pub pd: Arc<PdInner>,
 }
@@ -149,6 +151,7 @@ impl VerbsCq {
             thread: None,
             soft: Mutex::new(VecDeque::new()),
             bell: doorbell.clone(),
+            _held: Held::new(Resource::Cq),
             pd,
         };
         // From here on, Drop cleans up whatever fails.

@@ -1,6 +1,7 @@
 //! Protection domains and memory registrations of the verbs fabric. A PD belongs to one
 //! fabric device (an HCA port); it keeps the device open, and its CQs, QPs and MRs keep it.
 
+use super::super::counters::{Held, Resource};
 use super::super::{
     Access, CompletionQueue, Doorbell, FabricError, MemoryRegion, MrKeys, ProtectionDomain, QpCaps,
     QueuePair, Result,
@@ -31,6 +32,7 @@ pub struct PdInner {
     pub events: Arc<PortEvents>,
     /// Completion queues made here, to map `Arc<dyn CompletionQueue>` back.
     cqs: Mutex<Vec<(usize, Weak<VerbsCq>)>>,
+    _held: Held,
     // Last: the device outlives the PD.
     pub hca: Arc<Hca>,
 }
@@ -77,6 +79,7 @@ impl VerbsPd {
             cfg,
             events,
             cqs: Mutex::new(Vec::new()),
+            _held: Held::new(Resource::Pd),
             hca,
         })))
     }
@@ -147,6 +150,7 @@ pub struct VerbsMr {
     addr: usize,
     len: usize,
     keys: MrKeys,
+    _held: Held,
     _pd: Arc<PdInner>,
 }
 
@@ -165,6 +169,7 @@ impl VerbsMr {
                 addr,
                 len,
                 keys: MrKeys { lkey: 0, rkey: 0 },
+                _held: Held::new(Resource::Mr),
                 _pd: pd.clone(),
             });
         }
@@ -191,6 +196,7 @@ impl VerbsMr {
             addr,
             len,
             keys: MrKeys { lkey, rkey },
+            _held: Held::new(Resource::Mr),
             _pd: pd.clone(),
         })
     }

@@ -10,6 +10,7 @@
 //! after `to_err` is not handed to the device: the fabric completes it with `WR_FLUSH_ERR`
 //! itself (as the `sock` fabric does; rxe would leave such receives pending forever).
 
+use super::super::counters::{Held, Resource};
 use super::super::{
     Completion, FabricError, LinkLayer, QpCaps, QpState, QueuePair, Result, SendOp, SendWr,
     WcOpcode, WcStatus,
@@ -76,6 +77,7 @@ pub struct VerbsQp {
     sgid_index: u8,
     /// RDMA READs this side may issue (before the peer's limit is known).
     init_rd_atomic: u8,
+    _held: Held,
     // Drop order: the QP is destroyed (in Drop) before its CQ and PD go.
     cq: Arc<VerbsCq>,
     pd: Arc<PdInner>,
@@ -149,6 +151,7 @@ impl VerbsQp {
             local,
             sgid_index: gid.index as u8,
             init_rd_atomic: rd(hca.attr.max_qp_init_rd_atom),
+            _held: Held::new(Resource::Qp),
             cq,
             pd,
         })

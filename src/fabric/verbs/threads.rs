@@ -1,6 +1,7 @@
 //! The verbs fabric's background threads (device event readers, completion-channel
 //! waiters): spawned with a name and counted, so tests can check they all stop.
 
+use super::super::counters::{Held, Resource};
 use super::super::{FabricError, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -24,10 +25,12 @@ impl Drop for Count {
 pub fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
     LIVE.fetch_add(1, Ordering::SeqCst);
     let count = Count;
+    let held = Held::new(Resource::Thread);
     std::thread::Builder::new()
         .name(name.clone())
         .spawn(move || {
             let _count = count;
+            let _held = held;
             f()
         })
         .map_err(|e| FabricError::io(format!("spawning thread {name}"), e))

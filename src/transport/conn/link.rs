@@ -12,6 +12,7 @@ use super::path::{Health, Path};
 use super::region::Region;
 use super::stats::{unix_ms, Stats};
 use crate::engine::Lease;
+use crate::fabric::counters::{Held, Resource};
 use crate::fabric::{Completion, SendOp, SendWr, Sge, WcOpcode, WcStatus};
 use crate::transport::data::layout::{
     ctrl_imm, ctrl_slot, decode_wr_id, wr_id, CtrlKind, CtrlMsg, WrKind, CTRL_WORDS, MAILBOX_SLOTS,
@@ -94,6 +95,8 @@ pub struct Link {
     pub name: String,
     pub stats_file: String,
     holds: Vec<Lease>,
+    /// Counted as a live connection until the link (and everything above) is gone.
+    _held: Held,
 }
 
 /// Everything a side brings to build its link.
@@ -146,6 +149,7 @@ impl Link {
             name,
             stats_file: parts.stats_file,
             holds,
+            _held: Held::new(Resource::Connection),
         }
     }
 

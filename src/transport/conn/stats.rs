@@ -1,7 +1,10 @@
 //! Per-connection statistics: bytes and work requests per path, failovers, replays,
 //! duplicates dropped, re-arms, the last failover. Logged at close and written as one JSON
-//! line per connection to `HA_NCCL_STATS_FILE`.
+//! line per connection to `HA_NCCL_STATS_FILE`, together with the process's live resource
+//! counters at that moment (`"resources"`, see `fabric::counters`; the closing connection's
+//! own resources are still included).
 
+use crate::fabric::counters::{self, Resources};
 use std::io::Write;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -19,13 +22,19 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub fn to_json(&self, comm: &str, role: &str, devices: &[String]) -> String {
+    pub fn to_json(
+        &self,
+        comm: &str,
+        role: &str,
+        devices: &[String],
+        resources: &Resources,
+    ) -> String {
         let devs: Vec<String> = devices
             .iter()
             .map(|d| format!("\"{}\"", d.replace('"', "")))
             .collect();
         format!(
-            "{{\"comm\":\"{comm}\",\"role\":\"{role}\",\"devices\":[{}],\"bytes\":[{},{}],\"wrs\":[{},{}],\"failovers\":{},\"replays\":{},\"duplicates_dropped\":{},\"rearms\":{},\"last_failover_unix_ms\":{},\"last_failover_us\":{}}}",
+            "{{\"comm\":\"{comm}\",\"role\":\"{role}\",\"devices\":[{}],\"bytes\":[{},{}],\"wrs\":[{},{}],\"failovers\":{},\"replays\":{},\"duplicates_dropped\":{},\"rearms\":{},\"last_failover_unix_ms\":{},\"last_failover_us\":{},\"resources\":{}}}",
             devs.join(","),
             self.bytes[0],
             self.bytes[1],
@@ -36,13 +45,14 @@ impl Stats {
             self.duplicates,
             self.rearms,
             self.last_failover_unix_ms,
-            self.last_failover_us
+            self.last_failover_us,
+            resources.to_json()
         )
     }
 
     /// Log at close and append to the stats file (if any).
     pub fn report(&self, comm: &str, role: &str, devices: &[String], file: &str) {
-        let json = self.to_json(comm, role, devices);
+        let json = self.to_json(comm, role, devices, &counters::snapshot());
         tracing::info!("NET/HA : stats {json}");
         if !file.is_empty() {
             let written = std::fs::OpenOptions::new()
@@ -80,10 +90,19 @@ mod tests {
             last_failover_unix_ms: 5,
             last_failover_us: 700,
         };
-        let j = s.to_json("c1", "send", &["sock:a".into(), "sock:b".into()]);
+        let r = Resources {
+            pds: 2,
+            qps: 4,
+            cqs: 2,
+            mrs: 3,
+            threads: 9,
+            sockets: 12,
+            connections: 2,
+        };
+        let j = s.to_json("c1", "send", &["sock:a".into(), "sock:b".into()], &r);
         assert_eq!(
             j,
-            "{\"comm\":\"c1\",\"role\":\"send\",\"devices\":[\"sock:a\",\"sock:b\"],\"bytes\":[10,20],\"wrs\":[1,2],\"failovers\":1,\"replays\":3,\"duplicates_dropped\":0,\"rearms\":1,\"last_failover_unix_ms\":5,\"last_failover_us\":700}"
+            "{\"comm\":\"c1\",\"role\":\"send\",\"devices\":[\"sock:a\",\"sock:b\"],\"bytes\":[10,20],\"wrs\":[1,2],\"failovers\":1,\"replays\":3,\"duplicates_dropped\":0,\"rearms\":1,\"last_failover_unix_ms\":5,\"last_failover_us\":700,\"resources\":{\"pds\":2,\"qps\":4,\"cqs\":2,\"mrs\":3,\"threads\":9,\"sockets\":12,\"connections\":2}}"
         );
     }
 }
