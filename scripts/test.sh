@@ -13,7 +13,7 @@ else echo "test: cargo clippy not installed, lint skipped"; fi
 cargo build --locked --lib --bins
 cargo test --locked -- --test-threads=2
 bash scripts/build.sh
-# Soak: random traffic on three connections while rails flap; exactly-once, memory flat.
+# Soak: random traffic on two connections while rails flap; exactly-once, memory flat.
 bash scripts/drill/soak.sh 60 --streams 2 --window 8
 # The verbs fabric on real kernel verbs: Soft-RoCE (rdma_rxe) in a QEMU guest.
 if [ "${HA_SKIP_VM:-0}" = 1 ]; then
