@@ -104,6 +104,11 @@ pub struct QpShared {
 }
 
 impl QpShared {
+    /// The traffic class asked at creation (`QpCaps`).
+    pub fn traffic_class(&self) -> Option<u8> {
+        self.caps.traffic_class
+    }
+
     pub fn state(&self) -> QpState {
         state_from_u8(self.state.load(SeqCst))
     }
@@ -284,6 +289,11 @@ impl QpShared {
             }
             if net::tune_stream(&s, self.pd.tun.rx_tick()).is_err() {
                 return false;
+            }
+            if let Some(tc) = self.caps.traffic_class {
+                if net::set_traffic_class(&s, tc).is_err() {
+                    return false;
+                }
             }
             match s.try_clone() {
                 Ok(c) => {

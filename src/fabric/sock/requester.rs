@@ -65,6 +65,9 @@ fn connect(qp: &QpShared) -> Option<TcpStream> {
         let attempt =
             net::connect_from(qp.pd.ip, dst, deadline, &|| qp.dead()).and_then(|mut s| {
                 net::tune_stream(&s, tun.ack_tick())?;
+                if let Some(tc) = qp.traffic_class() {
+                    net::set_traffic_class(&s, tc)?;
+                }
                 s.write_all(&hello)?;
                 Ok(s)
             });
