@@ -286,7 +286,7 @@ fn rc(r: c_int) -> Result<(), NcclError> {
 #[test]
 fn null_and_forged_pointers_are_invalid_arguments() {
     let p = plugin();
-    let t = p.table();
+    let t = p.table_v8().expect("v8 table");
     let inval = Err(NcclError(NCCL_INVALID_ARGUMENT));
     let mut req: *mut c_void = ptr::null_mut();
     let mut done: c_int = 0;
@@ -472,7 +472,7 @@ fn bad_handles_are_rejected_by_connect() {
 #[test]
 fn double_close_and_double_dereg_are_invalid_usage() {
     let p = plugin();
-    let t = p.table();
+    let t = p.table_v8().expect("v8 table");
     let (send, recv, _) = connect_pair(p);
     let (sp, rp) = (send.as_ptr(), recv.as_ptr());
     let mut sb = RegBuf::new(p, &send, vec![0; 8]);
