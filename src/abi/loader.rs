@@ -366,7 +366,7 @@ impl Plugin {
         }
         let names: Vec<&str> = candidates.iter().map(|a| a.symbol()).collect();
         Err(match abi {
-            Some(a) if a == Abi::V8 => format!(
+            Some(Abi::V8) => format!(
                 "{}: no symbol {SYMBOL_V8} (not an ext-net v8 plugin?): {}",
                 path.display(),
                 dl_error("symbol is NULL")
