@@ -485,9 +485,21 @@ mod tests {
     }
 
     #[test]
+    fn abi_option() {
+        assert_eq!(parse_args(&args("check --plugin x.so")).unwrap().abi, None);
+        let o = parse_args(&args("check --plugin x.so --abi v9")).unwrap();
+        assert_eq!(o.abi, Some(Abi::V9));
+        let o = parse_args(&args("bench --plugin x.so --abi=11")).unwrap();
+        assert_eq!(o.abi, Some(Abi::V11));
+        let e = parse_args(&args("check --plugin x.so --abi v7")).unwrap_err();
+        assert!(e.contains("v8, v9, v10 or v11"), "{e}");
+    }
+
+    #[test]
     fn child_args_round_trip() {
         for line in [
             "check --plugin /a/b.so --dev 1 --mode procs --max-size 4M --timeout 7",
+            "check --plugin /a/b.so --abi v10 --mode procs",
             "bench --plugin b.so --mode procs --min 16 --max 1M --factor 8 --window 4 --iters 9",
             "bench --plugin b.so --dev 1 --peer-dev 0 --mode procs --lat-bytes 2M --bw-bytes 4M --bw-max-msgs 99",
         ] {

@@ -415,12 +415,14 @@ mod tests {
             "stream --plugin /a/b.so --dev 1 --mode procs --messages 1000 --max-size 64K \
              --window 4 --seed 9 --timeout 7 --child-prefix ip --json x --events y --shared-mr",
             "stream --plugin b.so --duration 0.5",
+            "stream --plugin b.so --abi v9 --mode procs --messages 10",
         ] {
             let parent = stream(line);
             let child = stream(&child_args(&parent, 3).join(" "));
             assert!(child.child);
             assert_eq!(child.multi_max, Some(3));
             assert_eq!(child.shared_mr, parent.shared_mr);
+            assert_eq!(child.abi, parent.abi);
             assert_eq!(
                 (
                     child.plugin,
