@@ -8,7 +8,9 @@
  *
  * Layout of this header:
  *   1. Definitions shared by every ABI version (result codes, logging, constants).
- *   2. One section per ext-net version the plugin exports (currently v8).
+ *   2. One section per ext-net version the plugin exports: v8, v9, v10, v11. NCCL uses the
+ *      newest table it finds (`dlsym` of ncclNetPlugin_v11, then _v10, _v9, _v8); a build
+ *      with HA_ABI_MAX=N (scripts/build.sh) exports only v8..vN.
  *
  * All structures assume an LP64 platform (x86-64 / aarch64 Linux): pointers and size_t are
  * 8 bytes, int is 4 bytes, C enums are 4 bytes.
@@ -95,6 +97,20 @@ typedef enum {
 
 #define NCCL_NET_DEVICE_INVALID_VERSION 0x0
 
+/* Physical devices one virtual NIC may fuse (v9+ vProps). */
+#define NCCL_NET_MAX_DEVS_PER_NIC 4
+
+/* ncclNetCommConfig_v10/v11_t::trafficClass when the application set none. */
+#define NCCL_NET_TRAFFIC_CLASS_UNDEF -1
+
+/* An unset field of ncclNetAttr_v11_t. */
+#define NCCL_NET_ATTR_UNDEF -1
+
+/* NCCL's profiler callback, handed to init() from v10 on. The plugin stores it and defines
+ * no events of its own. */
+typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* pHandle,
+                                               int64_t pluginId, void* extData);
+
 /* ==========================================================================================
  * 2. ext-net v8
  * ========================================================================================== */
@@ -176,6 +192,202 @@ typedef struct {
 
 /* The v8 table exported by libnccl-net-ha.so. */
 extern const ncclNet_v8_t ncclNetPlugin_v8;
+
+/* ==========================================================================================
+ * 3. ext-net v9 (NCCL 2.24+): size_t sizes, forceFlush, virtual NICs, transfer size limits
+ * ========================================================================================== */
+
+typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v9_t;
+
+/* The physical devices a virtual NIC fuses. 20 bytes. */
+typedef struct {
+  int ndevs;                           /*  0 */
+  int devs[NCCL_NET_MAX_DEVS_PER_NIC]; /*  4 */
+} ncclNetVDeviceProps_v9_t;
+
+/* 104 bytes, 8-byte aligned. */
+typedef struct {
+  char* name;             /*   0 */
+  char* pciPath;          /*   8 */
+  uint64_t guid;          /*  16 */
+  int ptrSupport;         /*  24 */
+  int regIsGlobal;        /*  28 */
+  int forceFlush;         /*  32: 1 = NCCL must flush every receive (0 here: host memory) */
+  int speed;              /*  36 */
+  int port;               /*  40 */
+  float latency;          /*  44 */
+  int maxComms;           /*  48 */
+  int maxRecvs;           /*  52 */
+  ncclNetDeviceType netDeviceType; /* 56 */
+  int netDeviceVersion;   /*  60 */
+  ncclNetVDeviceProps_v9_t vProps; /* 64: this plugin: {1, {dev}} */
+  size_t maxP2pBytes;     /*  88: largest isend NCCL issues (this plugin: 1 GiB) */
+  size_t maxCollBytes;    /*  96: largest collective-offload transfer (this plugin: 512 MiB) */
+} ncclNetProperties_v9_t;
+
+/* The v9 plugin table: v8's entry points with size_t sizes, plus makeVDevice. 160 bytes. */
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(ncclDebugLogger_t logFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v9_t* props);
+  ncclResult_t (*listen)(int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(int dev, void* handle, void** sendComm,
+                          ncclNetDeviceHandle_v9_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm,
+                         ncclNetDeviceHandle_v9_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
+                              int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                        void** request);
+  /* NCCL may preset *request to NCCL_NET_OPTIONAL_RECV_COMPLETION (LL/LL128); the plugin
+   * always overwrites it with a real request (or NULL = try later). */
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+                        void** mhandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                         void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+  /* Fuse physical devices into a virtual NIC (NULL in this plugin). */
+  ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v9_t* props);
+} ncclNet_v9_t;
+
+extern const ncclNet_v9_t ncclNetPlugin_v9;
+
+/* ==========================================================================================
+ * 4. ext-net v10 (NCCL 2.26+): profiler callback, per-communicator config in connect()
+ * ========================================================================================== */
+
+typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v10_t;
+typedef ncclNetVDeviceProps_v9_t ncclNetVDeviceProps_v10_t;
+typedef ncclNetProperties_v9_t ncclNetProperties_v10_t;
+
+/* The communicator's network configuration. 4 bytes. */
+typedef struct {
+  int trafficClass; /* 0: NCCL_NET_TRAFFIC_CLASS_UNDEF or 0..255 (verbs: GRH traffic class,
+                       unless NCCL_IB_TC is set; sock: IP_TOS / IPV6_TCLASS) */
+} ncclNetCommConfig_v10_t;
+
+/* 160 bytes. */
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v10_t* props);
+  ncclResult_t (*listen)(int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(int dev, ncclNetCommConfig_v10_t* config, void* handle,
+                          void** sendComm, ncclNetDeviceHandle_v10_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm,
+                         ncclNetDeviceHandle_v10_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
+                              int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                        void* phandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+                        void** mhandles, void** phandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                         void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+  ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v10_t* props);
+} ncclNet_v10_t;
+
+extern const ncclNet_v10_t ncclNetPlugin_v10;
+
+/* ==========================================================================================
+ * 5. ext-net v11 (NCCL 2.28+): per-communicator contexts, finalize, setNetAttr
+ * ========================================================================================== */
+
+typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v11_t;
+typedef ncclNetVDeviceProps_v9_t ncclNetVDeviceProps_v11_t;
+typedef ncclNetCommConfig_v10_t ncclNetCommConfig_v11_t;
+
+/* 112 bytes, 8-byte aligned: v9's properties plus maxMultiRequestSize. */
+typedef struct {
+  char* name;             /*   0 */
+  char* pciPath;          /*   8 */
+  uint64_t guid;          /*  16 */
+  int ptrSupport;         /*  24 */
+  int regIsGlobal;        /*  28 */
+  int forceFlush;         /*  32 */
+  int speed;              /*  36 */
+  int port;               /*  40 */
+  float latency;          /*  44 */
+  int maxComms;           /*  48 */
+  int maxRecvs;           /*  52 */
+  ncclNetDeviceType netDeviceType; /* 56 */
+  int netDeviceVersion;   /*  60 */
+  ncclNetVDeviceProps_v11_t vProps; /* 64 */
+  size_t maxP2pBytes;     /*  88 */
+  size_t maxCollBytes;    /*  96 */
+  int maxMultiRequestSize; /* 104: requests one multi-request may hold (this plugin: 1) */
+} ncclNetProperties_v11_t;
+
+/* 16 bytes. */
+typedef struct {
+  int32_t maxConcurrentPeers; /*  0 */
+  int32_t minConcurrentPeers; /*  4 */
+  int32_t maxFlowsPerPeer;    /*  8 */
+  int32_t minFlowsPerPeer;    /* 12 */
+} ncclNetCommAttr_v11_t;
+
+/* NCCL's hints about the coming traffic (setNetAttr). 44 bytes. */
+typedef struct {
+  ncclNetCommAttr_v11_t sendCommAttr; /*  0 */
+  ncclNetCommAttr_v11_t recvCommAttr; /* 16 */
+  uint32_t op;                        /* 32 */
+  uint32_t algo;                      /* 36 */
+  uint32_t proto;                     /* 40 */
+} ncclNetAttr_v11_t;
+
+/* 176 bytes. init() is called once per communicator and returns a context that listen() and
+ * connect() take; finalize(ctx) ends it (closing what it still owns; the plugin's engine is
+ * process-wide and stays); finalize(NULL) is a no-op. */
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config,
+                       ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v11_t* props);
+  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm,
+                          ncclNetDeviceHandle_v11_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm,
+                         ncclNetDeviceHandle_v11_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
+                              int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                        void* phandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+                        void** mhandles, void** phandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                         void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+  ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v11_t* props);
+  ncclResult_t (*finalize)(void* ctx);
+  ncclResult_t (*setNetAttr)(void* ctx, ncclNetAttr_v11_t* netAttr);
+} ncclNet_v11_t;
+
+extern const ncclNet_v11_t ncclNetPlugin_v11;
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,10 +1,41 @@
 #!/usr/bin/env bash
 # Build the release plugin as dist/libnccl-net-ha.so (plus the ha-harness tool).
 # Use it with: LD_LIBRARY_PATH=$PWD/dist NCCL_NET_PLUGIN=ha NCCL_NET=HA ...
+#
+# usage: scripts/build.sh [--abi-variants]
+#
+#   HA_ABI_MAX=N scripts/build.sh   dist/libnccl-net-ha.so exports ext-net v8..vN only
+#                                   (N = 8, 9, 10 or 11; default 11 = all four). NCCL uses the
+#                                   newest ncclNetPlugin_vN symbol it finds, so this is how to
+#                                   make it fall back to an older ABI.
+#   --abi-variants                  also build dist/abi-v8/, dist/abi-v9/, dist/abi-v10/ and
+#                                   dist/abi-v11/, each holding a libnccl-net-ha.so whose newest
+#                                   ABI is that version (for scripts/nccl/abi-versions.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked --lib --bin ha-harness
+variants=0
+for a in "$@"; do
+  case "$a" in
+    --abi-variants) variants=1 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "build.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
 mkdir -p dist
+build() { # $1 = max ABI; output: target/release/libnccl_net_ha.so
+  HA_ABI_MAX="$1" cargo build --release --locked --lib --bin ha-harness
+}
+exports() { nm -D --defined-only "$1" | grep -o 'ncclNetPlugin_v[0-9]*' | sort -V | tr '\n' ' '; }
+if [ "$variants" = 1 ]; then
+  for v in 8 9 10 11; do
+    build "$v"
+    mkdir -p "dist/abi-v$v"
+    cp -f target/release/libnccl_net_ha.so "dist/abi-v$v/libnccl-net-ha.so"
+    echo "built $(pwd)/dist/abi-v$v/libnccl-net-ha.so: $(exports "dist/abi-v$v/libnccl-net-ha.so")"
+  done
+fi
+max=${HA_ABI_MAX:-11}
+build "$max"
 cp -f target/release/libnccl_net_ha.so dist/libnccl-net-ha.so
 cp -f target/release/ha-harness dist/ha-harness
-echo "built $(pwd)/dist/libnccl-net-ha.so"
+echo "built $(pwd)/dist/libnccl-net-ha.so: $(exports dist/libnccl-net-ha.so)"

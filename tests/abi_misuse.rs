@@ -13,7 +13,7 @@ use nccl_net_ha::abi::common::{
     NcclDebugLogger, NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE, NCCL_LOG_WARN,
     NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_CUDA, NCCL_PTR_DMABUF, NCCL_REMOTE_ERROR, NCCL_SUCCESS,
 };
-use nccl_net_ha::abi::loader::{Comm, NcclError, PluginV8};
+use nccl_net_ha::abi::loader::{Abi, Comm, NcclError, PluginV8};
 use nccl_net_ha::abi::v8_types::{NcclNetPropertiesV8, NcclNetV8};
 use so::{connect_pair, pattern, so_path, until_some, wait, RegBuf, NCCL_PTR_HOST};
 use std::ffi::{CStr, CString};
@@ -161,12 +161,14 @@ fn plugin() -> &'static PluginV8 {
                 std::env::set_var(k, v);
             }
         }
-        let p = PluginV8::open(&so_path()).expect("dlopen plugin");
-        let init = p.table().init.expect("init entry");
+        let p = PluginV8::open_abi(&so_path(), Some(Abi::V8)).expect("dlopen plugin");
+        let init = t(&p).init.expect("init entry");
         // SAFETY: `init` takes ncclDebugLogger_t; the recorder's logger has that signature
         // and lives for the process.
         let rc = unsafe { init(recorder().logger) };
         assert_eq!(rc, NCCL_SUCCESS, "init");
+        // The loader's own init (a NULL logger keeps the recorder) gives it its default context.
+        p.init().expect("loader init");
         p
     })
 }
@@ -182,7 +184,7 @@ fn observe(f: impl FnOnce() -> c_int) -> Seen {
 }
 
 fn t(p: &PluginV8) -> &NcclNetV8 {
-    p.table()
+    p.table_v8().expect("the v8 table")
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 //! Integration tests through the C ABI of the built `libnccl_net_ha.so` (sock fabric on
 //! loopback; `scripts/softroce/test-verbs.sh` runs them again on `verbs`, see `so`):
 //! handshake, verified data of every size, multi-recv with tags, 32 in flight, and bad input
-//! giving clear error codes with the process alive.
+//! giving clear error codes with the process alive. Each test runs once per ext-net version
+//! (`name::v8` ... `name::v11`, see `so::per_abi!`; `HA_TEST_ABI` narrows the set). Sizes go
+//! through each version's own size type (`int` for v8, `size_t` from v9 on).
 
 mod so;
 
@@ -14,9 +16,8 @@ use so::*;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-#[test]
-fn handshake_returns_null_until_both_sides_ran() {
-    let p = plugin();
+fn handshake_returns_null_until_both_sides_ran(abi: Abi) {
+    let p = plugin_for(abi);
     let (send, recv, nulls) = connect_pair(p);
     assert!(
         nulls >= 1,
@@ -27,8 +28,8 @@ fn handshake_returns_null_until_both_sides_ran() {
 }
 
 /// Send `sizes` one by one from a sender thread; every byte checked at the receiver.
-fn exchange(sizes: &[usize]) {
-    let p = plugin();
+fn exchange(abi: Abi, sizes: &[usize]) {
+    let p = plugin_for(abi);
     let (send, recv, _) = connect_pair(p);
     let max = sizes.iter().copied().max().unwrap_or(0).max(1);
     let sizes_s = sizes.to_vec();
@@ -37,7 +38,7 @@ fn exchange(sizes: &[usize]) {
         for (i, &n) in sizes_s.iter().enumerate() {
             buf.data[..n].copy_from_slice(&pattern(i as u64, n));
             let ptr = buf.ptr();
-            let r = until_some(|| p.isend(&send, ptr, n as i32, 7, buf.mr()).unwrap());
+            let r = until_some(|| p.isend_sized(&send, ptr, n, 7, buf.mr()).unwrap());
             let mut sz = [0];
             wait(p, &r, &mut sz).unwrap();
         }
@@ -50,7 +51,7 @@ fn exchange(sizes: &[usize]) {
         buf.data.fill(0xee);
         let ptr = buf.ptr();
         let r = until_some(|| {
-            p.irecv(&recv, &[ptr], &[(max + 16) as i32], &[7], &[buf.mr()])
+            p.irecv_sized(&recv, &[ptr], &[max + 16], &[7], &[buf.mr()], false)
                 .unwrap()
         });
         let mut sz = [-1];
@@ -67,8 +68,7 @@ fn exchange(sizes: &[usize]) {
     p.close_recv(recv).unwrap();
 }
 
-#[test]
-fn sizes_from_zero_to_64_mib_arrive_intact() {
+fn sizes_from_zero_to_64_mib_arrive_intact(abi: Abi) {
     let all = [
         0,
         1,
@@ -87,12 +87,11 @@ fn sizes_from_zero_to_64_mib_arrive_intact() {
     if sizes.len() < all.len() {
         println!("HA_TEST_MAX_SIZE={cap}: sizes up to {cap} bytes");
     }
-    exchange(&sizes);
+    exchange(abi, &sizes);
 }
 
-#[test]
-fn multi_recv_with_tags_in_shuffled_order() {
-    let p = plugin();
+fn multi_recv_with_tags_in_shuffled_order(abi: Abi) {
+    let p = plugin_for(abi);
     let (send, recv, _) = connect_pair(p);
     let mut send_slot = Some(send);
     for n in 1..=8usize {
@@ -148,10 +147,9 @@ fn multi_recv_with_tags_in_shuffled_order() {
     p.close_recv(recv).unwrap();
 }
 
-#[test]
-fn multi_recv_buffers_sharing_one_registration() {
+fn multi_recv_buffers_sharing_one_registration(abi: Abi) {
     // NCCL often registers one region and receives into several parts of it.
-    let p = plugin();
+    let p = plugin_for(abi);
     let (send, recv, _) = connect_pair(p);
     let mut rb = RegBuf::new(p, &recv, vec![0; 4 * 1024]);
     let mut sb = RegBuf::new(
@@ -186,9 +184,8 @@ fn multi_recv_buffers_sharing_one_registration() {
     p.close_recv(recv).unwrap();
 }
 
-#[test]
-fn thirty_two_requests_in_flight_each_way() {
-    let p = plugin();
+fn thirty_two_requests_in_flight_each_way(abi: Abi) {
+    let p = plugin_for(abi);
     let (send, recv, _) = connect_pair(p);
     const N: usize = 32;
     const SZ: usize = 4096;
@@ -243,9 +240,8 @@ fn thirty_two_requests_in_flight_each_way() {
     p.close_recv(recv).unwrap();
 }
 
-#[test]
-fn send_larger_than_receive_fails_both_requests_and_connection_survives() {
-    let p = plugin();
+fn send_larger_than_receive_fails_both_requests_and_connection_survives(abi: Abi) {
+    let p = plugin_for(abi);
     let (send, recv, _) = connect_pair(p);
     let mut sbuf = RegBuf::new(p, &send, pattern(5, 64));
     let mut rbuf = RegBuf::new(p, &recv, vec![0xaa; 32]);
@@ -283,10 +279,15 @@ fn rc(r: c_int) -> Result<(), NcclError> {
     }
 }
 
+/// Raw calls through the v8 table (the entry points v9–v11 share with it; their own entry
+/// points are checked in tests/abi_versions.rs).
 #[test]
 fn null_and_forged_pointers_are_invalid_arguments() {
-    let p = plugin();
-    let t = p.table();
+    if !runs(Abi::V8) {
+        return;
+    }
+    let p = plugin_for(Abi::V8);
+    let t = p.table_v8().expect("v8 table");
     let inval = Err(NcclError(NCCL_INVALID_ARGUMENT));
     let mut req: *mut c_void = ptr::null_mut();
     let mut done: c_int = 0;
@@ -372,9 +373,8 @@ fn null_and_forged_pointers_are_invalid_arguments() {
     p.close_recv(recv).unwrap();
 }
 
-#[test]
-fn bad_sizes_and_counts_are_invalid_arguments() {
-    let p = plugin();
+fn bad_sizes_and_counts_are_invalid_arguments(abi: Abi) {
+    let p = plugin_for(abi);
     let (send, recv, _) = connect_pair(p);
     let mut rb = RegBuf::new(p, &recv, vec![0; 64]);
     let mut sb = RegBuf::new(p, &send, vec![0; 64]);
@@ -386,11 +386,32 @@ fn bad_sizes_and_counts_are_invalid_arguments() {
         p.irecv(&recv, &nine, &[8; 9], &[0; 9], &mrs).map(|_| ()),
         inval
     );
-    assert_eq!(
-        p.irecv(&recv, &[rp], &[-1], &[0], &[rb.mr()]).map(|_| ()),
-        inval
-    );
-    assert_eq!(p.isend(&send, sb.ptr(), -5, 0, sb.mr()).map(|_| ()), inval);
+    if abi == Abi::V8 {
+        // Negative `int` sizes reach the plugin only through v8.
+        assert_eq!(
+            p.irecv(&recv, &[rp], &[-1], &[0], &[rb.mr()]).map(|_| ()),
+            inval
+        );
+        assert_eq!(p.isend(&send, sb.ptr(), -5, 0, sb.mr()).map(|_| ()), inval);
+    } else {
+        // `size_t` sizes the plugin cannot carry: over its 4 GiB message limit (send), over
+        // `i64::MAX` (receive).
+        assert_eq!(
+            p.isend_sized(&send, sb.ptr(), usize::MAX, 0, sb.mr())
+                .map(|_| ()),
+            inval
+        );
+        assert_eq!(
+            p.isend_sized(&send, sb.ptr(), 1 << 32, 0, sb.mr())
+                .map(|_| ()),
+            inval
+        );
+        assert_eq!(
+            p.irecv_sized(&recv, &[rp], &[usize::MAX], &[0], &[rb.mr()], false)
+                .map(|_| ()),
+            inval
+        );
+    }
     assert_eq!(
         p.reg_mr(&send, sb.ptr(), 0, NCCL_PTR_HOST).map(|_| ()),
         inval
@@ -411,9 +432,8 @@ fn bad_sizes_and_counts_are_invalid_arguments() {
     p.close_recv(recv).unwrap();
 }
 
-#[test]
-fn bad_handles_are_rejected_by_connect() {
-    let p = plugin();
+fn bad_handles_are_rejected_by_connect(abi: Abi) {
+    let p = plugin_for(abi);
     let (good, listen) = p.listen(listen_dev()).unwrap();
     let mut wrong_magic = good;
     wrong_magic[0] ^= 0xff;
@@ -471,8 +491,11 @@ fn bad_handles_are_rejected_by_connect() {
 
 #[test]
 fn double_close_and_double_dereg_are_invalid_usage() {
-    let p = plugin();
-    let t = p.table();
+    if !runs(Abi::V8) {
+        return;
+    }
+    let p = plugin_for(Abi::V8);
+    let t = p.table_v8().expect("v8 table");
     let (send, recv, _) = connect_pair(p);
     let (sp, rp) = (send.as_ptr(), recv.as_ptr());
     let mut sb = RegBuf::new(p, &send, vec![0; 8]);
@@ -500,9 +523,8 @@ fn double_close_and_double_dereg_are_invalid_usage() {
     }
 }
 
-#[test]
-fn testing_a_completed_request_is_invalid_usage() {
-    let p = plugin();
+fn testing_a_completed_request_is_invalid_usage(abi: Abi) {
+    let p = plugin_for(abi);
     let (send, recv, _) = connect_pair(p);
     let mut sb = RegBuf::new(p, &send, vec![1; 8]);
     let mut rb = RegBuf::new(p, &recv, vec![0; 8]);
@@ -521,3 +543,15 @@ fn testing_a_completed_request_is_invalid_usage() {
     p.close_send(send).unwrap();
     p.close_recv(recv).unwrap();
 }
+
+per_abi!(
+    handshake_returns_null_until_both_sides_ran,
+    sizes_from_zero_to_64_mib_arrive_intact,
+    multi_recv_with_tags_in_shuffled_order,
+    multi_recv_buffers_sharing_one_registration,
+    thirty_two_requests_in_flight_each_way,
+    send_larger_than_receive_fails_both_requests_and_connection_survives,
+    bad_sizes_and_counts_are_invalid_arguments,
+    bad_handles_are_rejected_by_connect,
+    testing_a_completed_request_is_invalid_usage,
+);

@@ -1,9 +1,20 @@
-//! Checks that include/nccl_net_ha.h and the Rust mirrors in `nccl_net_ha::abi::v8_types`
-//! agree on the size, alignment and every field offset of the v8 structures, by compiling a
-//! small C program against the header with `cc` and comparing what it prints. Also checks that
-//! the header compiles as C++ when `g++` is available.
+//! Checks that include/nccl_net_ha.h and the Rust mirrors in `nccl_net_ha::abi::v{8,9,10,11}_types`
+//! agree on the size, alignment and every field offset of every structure of every exported
+//! ABI version, by compiling a small C program against the header with `cc` and comparing
+//! what it prints. Also checks that the header compiles as C++ when `g++` is available.
 
+use nccl_net_ha::abi::v10_types::{
+    NcclNetCommConfigV10, NcclNetDeviceHandleV10, NcclNetPropertiesV10, NcclNetV10,
+    NcclNetVDevicePropsV10,
+};
+use nccl_net_ha::abi::v11_types::{
+    NcclNetAttrV11, NcclNetCommAttrV11, NcclNetCommConfigV11, NcclNetDeviceHandleV11,
+    NcclNetPropertiesV11, NcclNetV11, NcclNetVDevicePropsV11,
+};
 use nccl_net_ha::abi::v8_types::{NcclNetDeviceHandleV8, NcclNetPropertiesV8, NcclNetV8};
+use nccl_net_ha::abi::v9_types::{
+    NcclNetDeviceHandleV9, NcclNetPropertiesV9, NcclNetV9, NcclNetVDevicePropsV9,
+};
 use std::collections::BTreeMap;
 use std::mem::{align_of, offset_of, size_of};
 use std::path::{Path, PathBuf};
@@ -17,7 +28,92 @@ struct StructLayout {
     fields: Vec<(&'static str, usize)>,
 }
 
+/// `layout!(RustType, "c_name", "cField" => rust_field, ...)`.
+macro_rules! layout {
+    ($t:ty, $c:literal, $($cf:literal => $rf:ident),* $(,)?) => {
+        StructLayout {
+            c_name: $c,
+            size: size_of::<$t>(),
+            align: align_of::<$t>(),
+            fields: vec![$(($cf, offset_of!($t, $rf))),*],
+        }
+    };
+}
+
+/// The properties of v9 and later (`$extra`: fields after `maxCollBytes`).
+macro_rules! props_v9_layout {
+    ($t:ty, $c:literal $(, $cf:literal => $rf:ident)*) => {
+        layout!($t, $c,
+            "name" => name, "pciPath" => pci_path, "guid" => guid, "ptrSupport" => ptr_support,
+            "regIsGlobal" => reg_is_global, "forceFlush" => force_flush, "speed" => speed,
+            "port" => port, "latency" => latency, "maxComms" => max_comms,
+            "maxRecvs" => max_recvs, "netDeviceType" => net_device_type,
+            "netDeviceVersion" => net_device_version, "vProps" => v_props,
+            "maxP2pBytes" => max_p2p_bytes, "maxCollBytes" => max_coll_bytes
+            $(, $cf => $rf)*)
+    };
+}
+
+/// The entry points every version from v8 on has at the same names (`$extra` after them).
+macro_rules! net_layout {
+    ($t:ty, $c:literal $(, $cf:literal => $rf:ident)*) => {
+        layout!($t, $c,
+            "name" => name, "init" => init, "devices" => devices,
+            "getProperties" => get_properties, "listen" => listen, "connect" => connect,
+            "accept" => accept, "regMr" => reg_mr, "regMrDmaBuf" => reg_mr_dma_buf,
+            "deregMr" => dereg_mr, "isend" => isend, "irecv" => irecv, "iflush" => iflush,
+            "test" => test, "closeSend" => close_send, "closeRecv" => close_recv,
+            "closeListen" => close_listen, "getDeviceMr" => get_device_mr,
+            "irecvConsumed" => irecv_consumed
+            $(, $cf => $rf)*)
+    };
+}
+
+macro_rules! dev_handle_layout {
+    ($t:ty, $c:literal) => {
+        layout!($t, $c,
+            "netDeviceType" => net_device_type, "netDeviceVersion" => net_device_version,
+            "handle" => handle, "size" => size, "needsProxyProgress" => needs_proxy_progress)
+    };
+}
+
+/// v9, v10 and v11 structures.
+fn newer_layouts() -> Vec<StructLayout> {
+    vec![
+        dev_handle_layout!(NcclNetDeviceHandleV9, "ncclNetDeviceHandle_v9_t"),
+        layout!(NcclNetVDevicePropsV9, "ncclNetVDeviceProps_v9_t", "ndevs" => ndevs, "devs" => devs),
+        props_v9_layout!(NcclNetPropertiesV9, "ncclNetProperties_v9_t"),
+        net_layout!(NcclNetV9, "ncclNet_v9_t", "makeVDevice" => make_v_device),
+        dev_handle_layout!(NcclNetDeviceHandleV10, "ncclNetDeviceHandle_v10_t"),
+        layout!(NcclNetVDevicePropsV10, "ncclNetVDeviceProps_v10_t", "ndevs" => ndevs, "devs" => devs),
+        props_v9_layout!(NcclNetPropertiesV10, "ncclNetProperties_v10_t"),
+        layout!(NcclNetCommConfigV10, "ncclNetCommConfig_v10_t", "trafficClass" => traffic_class),
+        net_layout!(NcclNetV10, "ncclNet_v10_t", "makeVDevice" => make_v_device),
+        dev_handle_layout!(NcclNetDeviceHandleV11, "ncclNetDeviceHandle_v11_t"),
+        layout!(NcclNetVDevicePropsV11, "ncclNetVDeviceProps_v11_t", "ndevs" => ndevs, "devs" => devs),
+        props_v9_layout!(NcclNetPropertiesV11, "ncclNetProperties_v11_t",
+            "maxMultiRequestSize" => max_multi_request_size),
+        layout!(NcclNetCommConfigV11, "ncclNetCommConfig_v11_t", "trafficClass" => traffic_class),
+        layout!(NcclNetCommAttrV11, "ncclNetCommAttr_v11_t",
+            "maxConcurrentPeers" => max_concurrent_peers,
+            "minConcurrentPeers" => min_concurrent_peers,
+            "maxFlowsPerPeer" => max_flows_per_peer,
+            "minFlowsPerPeer" => min_flows_per_peer),
+        layout!(NcclNetAttrV11, "ncclNetAttr_v11_t",
+            "sendCommAttr" => send_comm_attr, "recvCommAttr" => recv_comm_attr,
+            "op" => op, "algo" => algo, "proto" => proto),
+        net_layout!(NcclNetV11, "ncclNet_v11_t",
+            "makeVDevice" => make_v_device, "finalize" => finalize, "setNetAttr" => set_net_attr),
+    ]
+}
+
 fn expected_layouts() -> Vec<StructLayout> {
+    let mut all = v8_layouts();
+    all.extend(newer_layouts());
+    all
+}
+
+fn v8_layouts() -> Vec<StructLayout> {
     vec![
         StructLayout {
             c_name: "ncclNetProperties_v8_t",
@@ -141,7 +237,11 @@ fn c_program(layouts: &[StructLayout]) -> String {
         }
     }
     // Use the exported declaration so a typo in it is caught too (address only, not linked).
-    src.push_str("  (void)sizeof(&ncclNetPlugin_v8);\n  return 0;\n}\n");
+    src.push_str(
+        "  (void)sizeof(&ncclNetPlugin_v8);\n  (void)sizeof(&ncclNetPlugin_v9);\n\
+         (void)sizeof(&ncclNetPlugin_v10);\n  (void)sizeof(&ncclNetPlugin_v11);\n\
+         return 0;\n}\n",
+    );
     src
 }
 
@@ -202,7 +302,7 @@ fn header_layout_matches_rust_types() {
     }
     assert!(
         mismatches.is_empty(),
-        "include/nccl_net_ha.h and src/abi/v8_types.rs disagree:\n  {}",
+        "include/nccl_net_ha.h and src/abi/v*_types.rs disagree:\n  {}",
         mismatches.join("\n  ")
     );
     assert_eq!(checked, c.len(), "every printed value was compared");
@@ -210,6 +310,24 @@ fn header_layout_matches_rust_types() {
     assert_eq!(c["ncclNetProperties_v8_t size"], 64);
     assert_eq!(c["ncclNetDeviceHandle_v8_t size"], 32);
     assert_eq!(c["ncclNet_v8_t size"], 152);
+    assert_eq!(c["ncclNetProperties_v9_t size"], 104);
+    assert_eq!(c["ncclNetProperties_v9_t.vProps"], 64);
+    assert_eq!(c["ncclNet_v9_t size"], 160);
+    assert_eq!(c["ncclNet_v10_t size"], 160);
+    assert_eq!(c["ncclNetProperties_v11_t size"], 112);
+    assert_eq!(c["ncclNetAttr_v11_t size"], 44);
+    assert_eq!(c["ncclNet_v11_t size"], 176);
+    // Every member of every table was compared (a table is a name plus entry points).
+    for (t, entries) in [
+        ("ncclNet_v8_t", 18),
+        ("ncclNet_v9_t", 19),
+        ("ncclNet_v10_t", 19),
+        ("ncclNet_v11_t", 21),
+    ] {
+        let members = c.keys().filter(|k| k.starts_with(&format!("{t}."))).count();
+        assert_eq!(members, entries + 1, "{t}");
+        assert_eq!(c[&format!("{t} size")], 8 * (entries + 1), "{t}");
+    }
 }
 
 #[test]
@@ -247,6 +365,15 @@ fn header_constants_match_rust() {
             k::NCCL_NET_OPTIONAL_RECV_COMPLETION as i64,
         ),
         ("NCCL_NET_DEVICE_HOST", k::NCCL_NET_DEVICE_HOST.into()),
+        (
+            "NCCL_NET_MAX_DEVS_PER_NIC",
+            k::NCCL_NET_MAX_DEVS_PER_NIC as i64,
+        ),
+        (
+            "NCCL_NET_TRAFFIC_CLASS_UNDEF",
+            k::NCCL_NET_TRAFFIC_CLASS_UNDEF.into(),
+        ),
+        ("NCCL_NET_ATTR_UNDEF", k::NCCL_NET_ATTR_UNDEF.into()),
         ("sizeof(ncclResult_t)", 4),
         ("sizeof(ncclNetDeviceType)", 4),
     ];
@@ -300,7 +427,14 @@ fn header_is_valid_cpp() {
          static_assert(sizeof(ncclNetProperties_v8_t) == 64, \"props\");\n\
          static_assert(sizeof(ncclNetDeviceHandle_v8_t) == 32, \"devhandle\");\n\
          static_assert(sizeof(ncclNet_v8_t) == 152, \"net\");\n\
-         const ncclNet_v8_t* table() { return &ncclNetPlugin_v8; }\n",
+         static_assert(sizeof(ncclNet_v9_t) == 160, \"net9\");\n\
+         static_assert(sizeof(ncclNet_v10_t) == 160, \"net10\");\n\
+         static_assert(sizeof(ncclNet_v11_t) == 176, \"net11\");\n\
+         static_assert(sizeof(ncclNetProperties_v11_t) == 112, \"props11\");\n\
+         const ncclNet_v8_t* table() { return &ncclNetPlugin_v8; }\n\
+         const ncclNet_v9_t* table9() { return &ncclNetPlugin_v9; }\n\
+         const ncclNet_v10_t* table10() { return &ncclNetPlugin_v10; }\n\
+         const ncclNet_v11_t* table11() { return &ncclNetPlugin_v11; }\n",
     )
     .expect("write C++ source");
     run(

@@ -52,7 +52,7 @@ fn table_name_properties_and_entries() {
     let p = mock();
     assert_eq!(p.name(), "MOCK");
     assert!(p.missing_entries().is_empty());
-    assert!(p.table().get_device_mr.is_none());
+    assert!(p.table_v8().expect("v8 mock").get_device_mr.is_none());
     assert_eq!(p.devices(), Ok(1));
     let props = p.properties(0).unwrap();
     assert_eq!(props.name, "mock0");

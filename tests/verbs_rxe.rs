@@ -153,6 +153,7 @@ fn names(f: &VerbsFabric) -> Vec<String> {
 const CAPS: QpCaps = QpCaps {
     max_send_wr: 256,
     max_recv_wr: 256,
+    traffic_class: None,
 };
 
 /// One side of a connection: its PD, CQ (with doorbell) and QP.

@@ -37,7 +37,25 @@ pub type NcclDebugLogger = Option<
     ),
 >;
 
+/// `ncclProfilerCallback_t` (v10+ `init`):
+/// `ncclResult_t (*)(void** eHandle, int type, void* pHandle, int64_t pluginId, void* extData)`.
+pub type NcclProfilerCallback = Option<
+    unsafe extern "C" fn(
+        e_handle: *mut *mut std::os::raw::c_void,
+        kind: c_int,
+        p_handle: *mut std::os::raw::c_void,
+        plugin_id: i64,
+        ext_data: *mut std::os::raw::c_void,
+    ) -> NcclResult,
+>;
+
 pub const NCCL_NET_HANDLE_MAXSIZE: usize = 128;
+/// Physical devices one virtual device may fuse (`ncclNetVDeviceProps_v9..v11_t`).
+pub const NCCL_NET_MAX_DEVS_PER_NIC: usize = 4;
+/// `ncclNetCommConfig_v10/v11_t::trafficClass` when the application set none.
+pub const NCCL_NET_TRAFFIC_CLASS_UNDEF: c_int = -1;
+/// An unset field of `ncclNetAttr_v11_t`.
+pub const NCCL_NET_ATTR_UNDEF: c_int = -1;
 pub const NCCL_PTR_HOST: c_int = 0x1;
 pub const NCCL_PTR_CUDA: c_int = 0x2;
 pub const NCCL_PTR_DMABUF: c_int = 0x4;

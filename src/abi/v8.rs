@@ -1,18 +1,16 @@
 //! The exported `ncclNetPlugin_v8` table and its thin adapters: each entry point checks the
 //! C pointers NCCL hands in, converts them to plain values, and calls `api::ops` under
-//! `api::ops::guard` (panic-safe, errors logged and mapped to `ncclResult_t`).
+//! `api::ops::guard` (panic-safe, errors logged and mapped to `ncclResult_t`). The entry
+//! points whose C signature did not change in later versions are shared with v9–v11's tables.
 
+use super::adapt::*;
 use super::common::*;
-use super::logger::NcclLoggerSink;
 use super::v8_types::{NcclNetDeviceHandleV8, NcclNetPropertiesV8, NcclNetV8};
-use crate::api::ops::{self, guard, RecvBuf};
-use crate::api::{log, ApiError, ApiResult};
-use parking_lot::Mutex;
-use std::ffi::CString;
-use std::os::raw::{c_char, c_int, c_void};
-use std::sync::Arc;
+use crate::api::ops::{self, guard};
+use std::os::raw::{c_int, c_void};
 
-/// NCCL loads this symbol; `name` is what `NCCL_NET=HA` matches.
+/// NCCL 2.20+ loads this symbol when it finds no newer one (always exported); `name` is what
+/// `NCCL_NET=HA` matches.
 #[no_mangle]
 #[allow(non_upper_case_globals)]
 pub static ncclNetPlugin_v8: NcclNetV8 = NcclNetV8 {
@@ -37,101 +35,21 @@ pub static ncclNetPlugin_v8: NcclNetV8 = NcclNetV8 {
     irecv_consumed: None,
 };
 
-fn code(c: crate::api::Code) -> NcclResult {
-    c as NcclResult
-}
-
-fn non_null<T>(p: *const T, what: &str) -> ApiResult<()> {
-    if p.is_null() {
-        Err(ApiError::arg(format!("{what} is NULL")))
-    } else {
-        Ok(())
-    }
-}
-
-/// Handles are tokens: the pointer value is the token.
-fn token(p: *mut c_void) -> u64 {
-    p as usize as u64
-}
-
-fn as_ptr(t: u64) -> *mut c_void {
-    t as usize as *mut c_void
-}
-
-/// Write `v` through an out-pointer NCCL gave us.
-fn put<T>(out: *mut T, v: T, what: &str) -> ApiResult<()> {
-    non_null(out, what)?;
-    // SAFETY: `out` is non-null and, per the ext-net contract, points to a writable `T` owned
-    // by the caller for the duration of the call.
-    unsafe { out.write(v) };
-    Ok(())
-}
-
-/// NCCL's 128-byte handle buffer.
-fn handle_buf<'a>(p: *mut c_void) -> ApiResult<&'a mut [u8; NCCL_NET_HANDLE_MAXSIZE]> {
-    non_null(p, "handle")?;
-    // SAFETY: non-null; NCCL allocates NCCL_NET_HANDLE_MAXSIZE bytes for every handle and
-    // keeps them alive and unshared across the listen/connect call.
-    Ok(unsafe { &mut *(p as *mut [u8; NCCL_NET_HANDLE_MAXSIZE]) })
-}
-
-/// `n` elements of a C array NCCL passes in.
-fn array<'a, T>(p: *const T, n: usize, what: &str) -> ApiResult<&'a [T]> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    non_null(p, what)?;
-    // SAFETY: non-null, and the ext-net contract gives `n` initialised elements at `p`,
-    // valid for the duration of the call.
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
-}
-
-fn count(n: c_int, what: &str) -> ApiResult<usize> {
-    usize::try_from(n).map_err(|_| ApiError::arg(format!("{what} {n} is negative")))
-}
-
-unsafe extern "C" fn init(logger: NcclDebugLogger) -> NcclResult {
+pub(super) unsafe extern "C" fn init(logger: NcclDebugLogger) -> NcclResult {
     code(guard("init", || {
-        if logger.is_some() {
-            log::install(Arc::new(NcclLoggerSink(logger)));
-        }
-        log::ensure_subscriber();
+        install_logger(logger);
         ops::init()
     }))
 }
 
-unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
+pub(super) unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
     code(guard("devices", || put(ndev, ops::devices()?, "ndev")))
-}
-
-/// Device names live as long as the process: NCCL keeps the pointers.
-static NAMES: Mutex<Vec<(CString, Option<CString>)>> = Mutex::new(Vec::new());
-
-fn leak_names(dev: usize, name: &str, pci: Option<&str>) -> (*mut c_char, *mut c_char) {
-    let mut names = NAMES.lock();
-    while names.len() <= dev {
-        names.push((CString::default(), None));
-    }
-    let entry = &mut names[dev];
-    if entry.0.as_bytes() != name.as_bytes() {
-        entry.0 = CString::new(name.replace('\0', "")).unwrap_or_default();
-        entry.1 = pci.map(|p| CString::new(p.replace('\0', "")).unwrap_or_default());
-    }
-    // The CStrings are never dropped or replaced while their name is unchanged, and their
-    // heap buffers do not move when the Vec grows.
-    (
-        entry.0.as_ptr() as *mut c_char,
-        entry
-            .1
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |p| p.as_ptr() as *mut c_char),
-    )
 }
 
 unsafe extern "C" fn get_properties(dev: c_int, props: *mut NcclNetPropertiesV8) -> NcclResult {
     code(guard("getProperties", || {
         let d = ops::properties(dev)?;
-        let (name, pci) = leak_names(dev as usize, &d.name, d.pci_path.as_deref());
+        let (name, pci) = leak_names(dev as usize, &d);
         put(
             props,
             NcclNetPropertiesV8 {
@@ -153,7 +71,7 @@ unsafe extern "C" fn get_properties(dev: c_int, props: *mut NcclNetPropertiesV8)
     }))
 }
 
-unsafe extern "C" fn listen(
+pub(super) unsafe extern "C" fn listen(
     dev: c_int,
     handle: *mut c_void,
     listen_comm: *mut *mut c_void,
@@ -165,7 +83,7 @@ unsafe extern "C" fn listen(
     }))
 }
 
-unsafe extern "C" fn connect(
+pub(super) unsafe extern "C" fn connect(
     dev: c_int,
     handle: *mut c_void,
     send_comm: *mut *mut c_void,
@@ -181,7 +99,7 @@ unsafe extern "C" fn connect(
     }))
 }
 
-unsafe extern "C" fn accept(
+pub(super) unsafe extern "C" fn accept(
     listen_comm: *mut c_void,
     recv_comm: *mut *mut c_void,
     dev_comm: *mut *mut NcclNetDeviceHandleV8,
@@ -196,7 +114,7 @@ unsafe extern "C" fn accept(
     }))
 }
 
-unsafe extern "C" fn reg_mr(
+pub(super) unsafe extern "C" fn reg_mr(
     comm: *mut c_void,
     data: *mut c_void,
     size: usize,
@@ -210,7 +128,7 @@ unsafe extern "C" fn reg_mr(
     }))
 }
 
-unsafe extern "C" fn reg_mr_dma_buf(
+pub(super) unsafe extern "C" fn reg_mr_dma_buf(
     comm: *mut c_void,
     data: *mut c_void,
     size: usize,
@@ -228,7 +146,7 @@ unsafe extern "C" fn reg_mr_dma_buf(
     }))
 }
 
-unsafe extern "C" fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> NcclResult {
+pub(super) unsafe extern "C" fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> NcclResult {
     code(guard("deregMr", || {
         ops::dereg_mr(token(comm), token(mhandle))
     }))
@@ -266,31 +184,15 @@ unsafe extern "C" fn irecv(
 ) -> NcclResult {
     code(guard("irecv", || {
         non_null(request, "request")?;
-        let n = count(n, "irecv count")?;
-        if n == 0 || n > ops::MAX_RECVS_ADVERTISED as usize {
-            return Err(ApiError::arg(format!(
-                "irecv of {n} buffers (1..={} supported)",
-                ops::MAX_RECVS_ADVERTISED
-            )));
-        }
-        let data = array(data, n, "data")?;
+        let n = recv_count(n)?;
         let sizes = array(sizes, n, "sizes")?;
-        let tags = array(tags, n, "tags")?;
-        let mhandles = array(mhandles, n, "mhandles")?;
-        let bufs: Vec<RecvBuf> = (0..n)
-            .map(|i| RecvBuf {
-                addr: data[i] as usize,
-                size: sizes[i] as i64,
-                tag: tags[i],
-                mr: token(mhandles[i]),
-            })
-            .collect();
+        let bufs = recv_bufs(n, data, tags, mhandles, |i| Ok(i64::from(sizes[i])))?;
         let t = ops::irecv(token(recv_comm), &bufs)?;
         put(request, as_ptr(t), "request")
     }))
 }
 
-unsafe extern "C" fn iflush(
+pub(super) unsafe extern "C" fn iflush(
     recv_comm: *mut c_void,
     n: c_int,
     _data: *mut *mut c_void,
@@ -305,33 +207,31 @@ unsafe extern "C" fn iflush(
     }))
 }
 
-unsafe extern "C" fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NcclResult {
+pub(super) unsafe extern "C" fn test(
+    request: *mut c_void,
+    done: *mut c_int,
+    sizes: *mut c_int,
+) -> NcclResult {
     code(guard("test", || {
         non_null(done, "done")?;
         match ops::test(token(request))? {
             None => put(done, 0, "done"),
             Some(got) => {
-                if !sizes.is_null() {
-                    for (i, s) in got.iter().enumerate() {
-                        // SAFETY: non-null; NCCL passes room for one size per buffer of the
-                        // request it tests (`got` has exactly that many).
-                        unsafe { sizes.add(i).write((*s).min(c_int::MAX as u64) as c_int) };
-                    }
-                }
+                put_sizes(sizes, &got);
                 put(done, 1, "done")
             }
         }
     }))
 }
 
-unsafe extern "C" fn close_send(comm: *mut c_void) -> NcclResult {
+pub(super) unsafe extern "C" fn close_send(comm: *mut c_void) -> NcclResult {
     code(guard("closeSend", || ops::close_send(token(comm))))
 }
 
-unsafe extern "C" fn close_recv(comm: *mut c_void) -> NcclResult {
+pub(super) unsafe extern "C" fn close_recv(comm: *mut c_void) -> NcclResult {
     code(guard("closeRecv", || ops::close_recv(token(comm))))
 }
 
-unsafe extern "C" fn close_listen(comm: *mut c_void) -> NcclResult {
+pub(super) unsafe extern "C" fn close_listen(comm: *mut c_void) -> NcclResult {
     code(guard("closeListen", || ops::close_listen(token(comm))))
 }

@@ -21,6 +21,7 @@ pub enum Kind {
     RecvReq = 0x16,
     FlushReq = 0x17,
     Connect = 0x18,
+    Context = 0x19,
 }
 
 impl Kind {
@@ -34,6 +35,7 @@ impl Kind {
             0x16 => Kind::RecvReq,
             0x17 => Kind::FlushReq,
             0x18 => Kind::Connect,
+            0x19 => Kind::Context,
             _ => return None,
         })
     }
@@ -45,6 +47,7 @@ impl Kind {
             Kind::Mr => "memory handle",
             Kind::SendReq | Kind::RecvReq | Kind::FlushReq => "request",
             Kind::Connect => "connect state",
+            Kind::Context => "net context",
         }
     }
 }

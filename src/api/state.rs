@@ -13,7 +13,10 @@ use crate::transport::conn::listen::ListenComm;
 use crate::transport::conn::mr::MrHandle;
 use crate::transport::conn::recv::RecvComm;
 use crate::transport::conn::send::SendComm;
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
 pub struct Plugin {
@@ -28,6 +31,36 @@ pub struct Plugin {
     pub sends: Registry<SendComm>,
     pub recvs: Registry<RecvComm>,
     pub mrs: Registry<MrEntry>,
+    /// ext-net v11 per-communicator contexts.
+    pub contexts: Registry<NetContext>,
+    /// Which context created a comm or pending connect (token → context token). Objects made
+    /// through v8–v10 entry points have no owner.
+    pub owners: Mutex<HashMap<u64, u64>>,
+    /// Receives NCCL posted with `NCCL_NET_OPTIONAL_RECV_COMPLETION` (v9+).
+    pub optional_recvs: AtomicU64,
+}
+
+/// One ext-net v11 context (`init` returns it; one per NCCL communicator).
+#[derive(Clone, Debug)]
+pub struct NetContext {
+    /// NCCL's communicator hash (for logs).
+    pub comm_id: u64,
+    /// The communicator's traffic class for the connections it opens (`None`: default).
+    pub traffic_class: Option<u8>,
+    /// The last `setNetAttr` hints (kept; they do not change how the plugin runs).
+    pub attr: Option<NetAttr>,
+}
+
+/// `ncclNetAttr_v11_t` as plain values: per-direction peer/flow counts and op/algo/proto bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetAttr {
+    /// `{max,min}ConcurrentPeers`, `{max,min}FlowsPerPeer` of send comms.
+    pub send: [i32; 4],
+    /// The same for receive comms.
+    pub recv: [i32; 4],
+    pub op: u32,
+    pub algo: u32,
+    pub proto: u32,
 }
 
 /// A registration and the device it was made for.
@@ -133,6 +166,7 @@ fn build() -> ApiResult<Plugin> {
         failback: cfg.failback,
         rearm_hold: cfg.rearm_hold,
         handshake_timeout: cfg.handshake_timeout,
+        traffic_class: None,
     };
     let engine = Engine::new(fabric, cfg.progress_spin);
     Ok(Plugin {
@@ -145,5 +179,8 @@ fn build() -> ApiResult<Plugin> {
         sends: Registry::new(Kind::Send),
         recvs: Registry::new(Kind::Recv),
         mrs: Registry::new(Kind::Mr),
+        contexts: Registry::new(Kind::Context),
+        owners: Mutex::new(HashMap::new()),
+        optional_recvs: AtomicU64::new(0),
     })
 }

@@ -229,11 +229,15 @@ pub enum QpState {
     Err,
 }
 
-/// Sizes asked of a new queue pair.
+/// What a new queue pair is asked for: queue sizes and its traffic class.
 #[derive(Clone, Copy, Debug)]
 pub struct QpCaps {
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
+    /// Traffic class of the queue pair's packets; `None` = the fabric's default. `verbs`: the
+    /// GRH traffic class at RTR (default `NCCL_IB_TC`); `sock`: `IP_TOS` of the streams the
+    /// queue pair sends on (default: the kernel's).
+    pub traffic_class: Option<u8>,
 }
 
 /// A protection domain on one device: registrations and queue pairs hang off it.

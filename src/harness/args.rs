@@ -1,6 +1,7 @@
 //! Command-line parsing for `ha-harness` (a small hand-written parser), size parsing with
 //! K/M/G suffixes, and the argument list a `--mode procs` parent gives its child.
 
+use crate::abi::loader::Abi;
 use std::path::PathBuf;
 
 /// Largest message a v8 plugin can be asked to move (`isend` takes an `int` size).
@@ -12,7 +13,8 @@ pub const USAGE: &str = "\
 usage: ha-harness <check|bench|stream|now|help> --plugin PATH [options]   (stream: `ha-harness stream --help`)
 
 common options:
-  --plugin PATH       ext-net v8 library to load (required)
+  --plugin PATH       ext-net library to load (required); its newest exported ABI is used
+  --abi VERSION       drive this ABI instead: v8, v9, v10 or v11 (the library must export it)
   --dev N             device index (default 0)
   --peer-dev N        device index of side B (the receiver side in procs mode); default
                       --dev. Two ends of one link (two RDMA ports) give a real wire path.
@@ -74,6 +76,8 @@ impl Mode {
 pub struct Options {
     pub command: Command,
     pub plugin: PathBuf,
+    /// `--abi`: the ext-net version to drive (`None`: the newest the library exports).
+    pub abi: Option<Abi>,
     pub dev: i32,
     /// Device of side B (`--peer-dev`); `None` = the same as `dev`.
     pub peer_dev: Option<i32>,
@@ -101,6 +105,7 @@ impl Options {
         Options {
             command,
             plugin: PathBuf::new(),
+            abi: None,
             dev: 0,
             peer_dev: None,
             mode: Mode::Threads,
@@ -160,8 +165,9 @@ fn parse_num<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T, String> {
 }
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 15] = [
+const VALUE_OPTIONS: [&str; 16] = [
     "--plugin",
+    "--abi",
     "--dev",
     "--peer-dev",
     "--mode",
@@ -230,6 +236,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
                 o.plugin = PathBuf::from(value);
                 have_plugin = true;
             }
+            "--abi" => o.abi = Some(Abi::parse(&value)?),
             "--dev" => o.dev = parse_num(name, &value)?,
             "--peer-dev" => o.peer_dev = Some(parse_num(name, &value)?),
             "--mode" => {
@@ -343,6 +350,9 @@ pub fn child_args(o: &Options) -> Vec<String> {
     ];
     if let Some(d) = o.peer_dev {
         a.extend(["--peer-dev".to_string(), d.to_string()]);
+    }
+    if let Some(abi) = o.abi {
+        a.extend(["--abi".to_string(), abi.to_string()]);
     }
     match o.command {
         Command::Check => a.extend(["--max-size".to_string(), o.max_size.to_string()]),
@@ -475,9 +485,21 @@ mod tests {
     }
 
     #[test]
+    fn abi_option() {
+        assert_eq!(parse_args(&args("check --plugin x.so")).unwrap().abi, None);
+        let o = parse_args(&args("check --plugin x.so --abi v9")).unwrap();
+        assert_eq!(o.abi, Some(Abi::V9));
+        let o = parse_args(&args("bench --plugin x.so --abi=11")).unwrap();
+        assert_eq!(o.abi, Some(Abi::V11));
+        let e = parse_args(&args("check --plugin x.so --abi v7")).unwrap_err();
+        assert!(e.contains("v8, v9, v10 or v11"), "{e}");
+    }
+
+    #[test]
     fn child_args_round_trip() {
         for line in [
             "check --plugin /a/b.so --dev 1 --mode procs --max-size 4M --timeout 7",
+            "check --plugin /a/b.so --abi v10 --mode procs",
             "bench --plugin b.so --mode procs --min 16 --max 1M --factor 8 --window 4 --iters 9",
             "bench --plugin b.so --dev 1 --peer-dev 0 --mode procs --lat-bytes 2M --bw-bytes 4M --bw-max-msgs 99",
         ] {

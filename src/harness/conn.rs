@@ -6,7 +6,7 @@
 
 use super::driver::Backoff;
 use super::wire::Handle;
-use crate::abi::loader::{Comm, PluginV8};
+use crate::abi::loader::{Comm, Plugin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -91,7 +91,7 @@ impl HandleExchange for ChannelExchange {
 
 /// One connected endpoint: a send comm to the peer and a receive comm from it.
 pub struct Endpoint<'p> {
-    pub plugin: &'p PluginV8,
+    pub plugin: &'p Plugin,
     pub dev: i32,
     pub send: Comm,
     pub recv: Comm,
@@ -109,7 +109,7 @@ impl Endpoint<'_> {
 
 /// Listens, exchanges handles and loops connect/accept until both complete.
 pub fn establish<'p>(
-    plugin: &'p PluginV8,
+    plugin: &'p Plugin,
     dev: i32,
     xchg: &mut dyn HandleExchange,
     timeout: Duration,

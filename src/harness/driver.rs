@@ -9,7 +9,7 @@
 
 use super::conn::Endpoint;
 use crate::abi::common::NCCL_PTR_HOST;
-use crate::abi::loader::{Comm, Mr, PluginV8, Request};
+use crate::abi::loader::{Comm, Mr, Plugin, Request};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -61,7 +61,7 @@ pub struct Buf {
 
 impl Buf {
     /// Allocates `len` zeroed bytes (at least 1, so the address is real) and registers them.
-    pub fn register(plugin: &PluginV8, comm: &Comm, len: usize) -> Result<Buf, String> {
+    pub fn register(plugin: &Plugin, comm: &Comm, len: usize) -> Result<Buf, String> {
         let mut bytes = vec![0u8; len.max(1)];
         let mr = plugin
             .reg_mr(comm, bytes.as_mut_ptr(), bytes.len(), NCCL_PTR_HOST)
@@ -69,7 +69,7 @@ impl Buf {
         Ok(Buf { bytes, mr })
     }
 
-    pub fn deregister(self, plugin: &PluginV8, comm: &Comm) -> Result<(), String> {
+    pub fn deregister(self, plugin: &Plugin, comm: &Comm) -> Result<(), String> {
         plugin
             .dereg_mr(comm, self.mr)
             .map_err(|e| format!("deregMr: {e}"))
@@ -249,7 +249,7 @@ fn describe(p: &Progress, sends: &[SendOp], recvs: &[RecvOp]) -> String {
 }
 
 fn post_recv(
-    plugin: &PluginV8,
+    plugin: &Plugin,
     comm: &Comm,
     op: &RecvOp,
     bufs: &mut [Buf],

@@ -171,6 +171,11 @@ mod tests {
             max_comms: 65536,
             max_recvs: 8,
             reg_is_global: 0,
+            force_flush: 0,
+            vdevs: vec![0],
+            max_p2p_bytes: 1 << 30,
+            max_coll_bytes: 512 << 20,
+            max_multi_request_size: 1,
         }
     }
 

@@ -10,7 +10,7 @@ use super::driver::Ctl;
 use super::report::{self, BenchRow, RunInfo};
 use super::wire::{self, Handle, Msg};
 use crate::abi::common::NCCL_NET_HANDLE_MAXSIZE;
-use crate::abi::loader::{PluginV8, Props};
+use crate::abi::loader::{Abi, Plugin, Props};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Stdio};
@@ -43,13 +43,13 @@ enum Event {
 
 /// A plugin, initialised, with the chosen device's properties.
 struct Loaded {
-    plugin: PluginV8,
+    plugin: Plugin,
     ndev: i32,
     props: Props,
 }
 
-fn load(path: &Path, dev: i32) -> Result<Loaded, String> {
-    let plugin = PluginV8::open(path)?;
+fn load(path: &Path, abi: Option<Abi>, dev: i32) -> Result<Loaded, String> {
+    let plugin = Plugin::open_abi(path, abi)?;
     let missing = plugin.missing_entries();
     if !missing.is_empty() {
         err_line(&format!(
@@ -104,7 +104,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
     if opts.child {
         return child_main(&opts);
     }
-    let loaded = match load(&opts.plugin, opts.dev) {
+    let loaded = match load(&opts.plugin, opts.abi, opts.dev) {
         Ok(l) => l,
         Err(e) => {
             err_line(&format!("ha-harness: {e}"));
@@ -112,11 +112,12 @@ pub fn main_with_args(args: &[String]) -> i32 {
         }
     };
     println!(
-        "plugin: {} ({}), {} device(s), mode {}",
+        "plugin: {} ({}), {} device(s), mode {}, ext-net {}",
         loaded.plugin.name(),
         opts.plugin.display(),
         loaded.ndev,
-        opts.mode.as_str()
+        opts.mode.as_str(),
+        loaded.plugin.abi()
     );
     println!("{}", report::describe_props(opts.dev, &loaded.props));
     let peer = opts.peer_dev();
@@ -162,7 +163,7 @@ fn make_ctl<'a>(opts: &Options, abort: &'a AtomicBool, job: &Job) -> Ctl<'a> {
 
 /// One endpoint from connection setup to close; every outcome goes to `emit`.
 fn side_main(
-    plugin: &PluginV8,
+    plugin: &Plugin,
     opts: &Options,
     side: Side,
     xchg: &mut dyn HandleExchange,
@@ -323,7 +324,7 @@ impl Coordinator {
     }
 }
 
-fn run_threads(opts: &Options, plugin: &PluginV8, job: &Job, coord: &mut Coordinator) {
+fn run_threads(opts: &Options, plugin: &Plugin, job: &Job, coord: &mut Coordinator) {
     let aborts = [AtomicBool::new(false), AtomicBool::new(false)];
     let (tx, rx) = mpsc::channel::<Event>();
     let (xa, xb) = conn::channel_pair();
@@ -406,7 +407,7 @@ fn reap(child: &mut Child, grace: Duration) -> Result<(), String> {
     }
 }
 
-fn run_procs(opts: &Options, plugin: &PluginV8, job: &Job, coord: &mut Coordinator) {
+fn run_procs(opts: &Options, plugin: &Plugin, job: &Job, coord: &mut Coordinator) {
     let mut child = match spawn_child(opts) {
         Ok(c) => c,
         Err(e) => {
@@ -508,7 +509,7 @@ fn emit_line(m: &Msg) {
 
 /// `--child`: side B of a `procs` run. Reports over stdout; stops on `abort` or stdin EOF.
 fn child_main(opts: &Options) -> i32 {
-    let loaded = match load(&opts.plugin, opts.peer_dev()) {
+    let loaded = match load(&opts.plugin, opts.abi, opts.peer_dev()) {
         Ok(l) => l,
         Err(e) => {
             emit_line(&Msg::Error(e));

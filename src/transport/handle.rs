@@ -24,6 +24,21 @@ const SCRATCH_OFF: usize = 64;
 pub mod flags {
     /// The side can run a standby path (HA).
     pub const HA: u16 = 1;
+    /// Handshake only: bits 8..16 carry the side's traffic class.
+    pub const TRAFFIC_CLASS: u16 = 2;
+
+    /// The traffic class a handshake's flags carry, if any.
+    pub fn traffic_class(flags: u16) -> Option<u8> {
+        (flags & TRAFFIC_CLASS != 0).then_some((flags >> 8) as u8)
+    }
+
+    /// `flags` with traffic class `tc` (or none) recorded.
+    pub fn with_traffic_class(flags: u16, tc: Option<u8>) -> u16 {
+        match tc {
+            Some(tc) => (flags & 0xff & !TRAFFIC_CLASS) | TRAFFIC_CLASS | (u16::from(tc) << 8),
+            None => flags & 0xff & !TRAFFIC_CLASS,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,9 +6,17 @@
 //! * `HA_TEST_LISTEN_DEV` / `HA_TEST_CONNECT_DEV`: the plugin devices the receiver listens on
 //!   and the sender connects from (default 0 and 0); two ends of a rail put the traffic on
 //!   the wire instead of a device's loopback;
-//! * `HA_TEST_MAX_SIZE`: largest message the size sweeps send (bytes; default: no cap).
+//! * `HA_TEST_MAX_SIZE`: largest message the size sweeps send (bytes; default: no cap);
+//! * `HA_TEST_ABI`: the ext-net versions the per-version suites run (`v8`, `v9`, `v10`,
+//!   `v11`, comma-separated, or `all`; default all) and, when it names one version, the
+//!   version [`plugin`] drives (default: the newest, v11, as NCCL 2.28 picks).
+//!
+//! The same library is driven through each version's table ([`plugin_for`]); they share the
+//! plugin's state, as they would inside one process. [`per_abi!`] turns a test function taking
+//! an [`Abi`] into one `#[test]` per version (`name::v8` ... `name::v11`).
 #![allow(dead_code)]
 
+pub use nccl_net_ha::abi::loader::Abi;
 use nccl_net_ha::abi::loader::{Comm, Mr, PluginV8, Request};
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -29,11 +37,11 @@ pub fn so_path() -> PathBuf {
     so
 }
 
-/// The plugin, initialised once with `extra` environment for this test binary.
-pub fn plugin_with(extra: &[(&str, &str)]) -> &'static PluginV8 {
-    static P: OnceLock<PluginV8> = OnceLock::new();
-    P.get_or_init(|| {
-        // Defaults unless the environment (a drill's child process) says otherwise.
+/// Set the plugin's environment once per test binary (before its first `init`): the
+/// defaults unless the environment (a drill's child process) says otherwise, then `extra`.
+fn environment(extra: &[(&str, &str)]) {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
         for (k, v) in [("HA_NCCL_FABRIC", "sock"), ("NCCL_SOCKET_IFNAME", "lo")] {
             if std::env::var_os(k).is_none() {
                 std::env::set_var(k, v);
@@ -42,14 +50,160 @@ pub fn plugin_with(extra: &[(&str, &str)]) -> &'static PluginV8 {
         for (k, v) in extra {
             std::env::set_var(k, v);
         }
-        let p = PluginV8::open(&so_path()).expect("dlopen plugin");
+    });
+}
+
+/// The versions `HA_TEST_ABI` selects (default: all, newest first).
+pub fn selected_abis() -> Vec<Abi> {
+    match std::env::var("HA_TEST_ABI") {
+        Err(_) => Abi::NEWEST_FIRST.to_vec(),
+        Ok(v) if v.trim().is_empty() || v.trim() == "all" => Abi::NEWEST_FIRST.to_vec(),
+        Ok(v) => v
+            .split(',')
+            .map(|a| Abi::parse(a).unwrap_or_else(|e| panic!("HA_TEST_ABI: {e}")))
+            .collect(),
+    }
+}
+
+/// Whether the per-version suites run `abi` (prints why not when they do not).
+pub fn runs(abi: Abi) -> bool {
+    let on = selected_abis().contains(&abi);
+    if !on {
+        println!("SKIPPED for {abi}: HA_TEST_ABI does not select it");
+    }
+    on
+}
+
+/// The plugin driven through version `abi`'s table, initialised (`extra` environment is
+/// applied only if this is the binary's first plugin).
+pub fn plugin_for_with(abi: Abi, extra: &[(&str, &str)]) -> &'static PluginV8 {
+    static P: [OnceLock<PluginV8>; 4] = [
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+    ];
+    P[abi.number() as usize - 8].get_or_init(|| {
+        environment(extra);
+        let p = PluginV8::open_abi(&so_path(), Some(abi)).expect("dlopen plugin");
+        assert_eq!(p.abi(), abi);
         p.init().expect("init");
         p
     })
 }
 
+pub fn plugin_for(abi: Abi) -> &'static PluginV8 {
+    plugin_for_with(abi, &[])
+}
+
+/// The version [`plugin`] drives: `HA_TEST_ABI` when it names one, else v11.
+pub fn default_abi() -> Abi {
+    match selected_abis().as_slice() {
+        [one] => *one,
+        _ => Abi::V11,
+    }
+}
+
+/// The plugin, initialised once with `extra` environment for this test binary.
+pub fn plugin_with(extra: &[(&str, &str)]) -> &'static PluginV8 {
+    plugin_for_with(default_abi(), extra)
+}
+
 pub fn plugin() -> &'static PluginV8 {
     plugin_with(&[])
+}
+
+/// `per_abi!(f, g, ...)`: for each test function `f(abi: Abi)`, a module `f` with one
+/// `#[test]` per version (`f::v8` ... `f::v11`), each skipped unless `HA_TEST_ABI` selects it.
+#[macro_export]
+macro_rules! per_abi {
+    ($($f:ident),* $(,)?) => {$(
+        mod $f {
+            use super::so::{runs, Abi};
+            #[test]
+            fn v8() {
+                if runs(Abi::V8) {
+                    super::$f(Abi::V8)
+                }
+            }
+            #[test]
+            fn v9() {
+                if runs(Abi::V9) {
+                    super::$f(Abi::V9)
+                }
+            }
+            #[test]
+            fn v10() {
+                if runs(Abi::V10) {
+                    super::$f(Abi::V10)
+                }
+            }
+            #[test]
+            fn v11() {
+                if runs(Abi::V11) {
+                    super::$f(Abi::V11)
+                }
+            }
+        }
+    )*};
+}
+
+/// Whether the fabric under test is `verbs` (the Soft-RoCE suite).
+pub fn on_verbs() -> bool {
+    std::env::var("HA_NCCL_FABRIC").is_ok_and(|v| v.trim() == "verbs")
+}
+
+/// Sockets of this process (IPv4 TCP, connected or listening) whose `IP_TOS` is `tos`.
+pub fn sockets_with_tos(tos: u8) -> usize {
+    tcp_sockets()
+        .into_iter()
+        .filter(|&fd| {
+            let mut v: libc::c_int = -1;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: `fd` is an open descriptor of this process (it may have been closed and
+            // reused since the scan: then the call fails or reads another socket's value,
+            // both harmless); `v`/`len` are live locals of the right size.
+            let rc = unsafe {
+                libc::getsockopt(
+                    fd,
+                    libc::IPPROTO_IP,
+                    libc::IP_TOS,
+                    (&mut v as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            rc == 0 && v == libc::c_int::from(tos)
+        })
+        .count()
+}
+
+/// This process's IPv4 TCP socket descriptors.
+pub fn tcp_sockets() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&fd| {
+            let int_opt = |level, name| {
+                let mut v: libc::c_int = -1;
+                let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                // SAFETY: as in `sockets_with_tos`: a descriptor number of this process and
+                // live out-parameters; a non-socket just fails.
+                let rc = unsafe {
+                    libc::getsockopt(
+                        fd,
+                        level,
+                        name,
+                        (&mut v as *mut libc::c_int).cast(),
+                        &mut len,
+                    )
+                };
+                (rc == 0).then_some(v)
+            };
+            int_opt(libc::SOL_SOCKET, libc::SO_DOMAIN) == Some(libc::AF_INET)
+                && int_opt(libc::SOL_SOCKET, libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+        })
+        .collect()
 }
 
 fn env_number(name: &str) -> Option<usize> {

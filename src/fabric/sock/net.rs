@@ -89,6 +89,18 @@ pub fn tune_stream(s: &TcpStream, tick: Duration) -> io::Result<()> {
     Ok(())
 }
 
+/// Traffic class of a stream's packets: `IP_TOS` (IPv4) or `IPV6_TCLASS` (IPv6). For TCP the
+/// kernel keeps managing the two ECN bits itself; the DSCP bits are `tc`'s.
+pub fn set_traffic_class(s: &TcpStream, tc: u8) -> io::Result<()> {
+    let v = libc::c_int::from(tc);
+    match s.local_addr()? {
+        SocketAddr::V4(_) => setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_TOS, v),
+        SocketAddr::V6(_) => {
+            setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_TCLASS, v)
+        }
+    }
+}
+
 /// A listener on `ip:0` (accepted streams inherit its buffer sizes).
 pub fn listen(ip: IpAddr) -> io::Result<TcpListener> {
     let family = if ip.is_ipv4() {

@@ -106,6 +106,11 @@ pub struct QpShared {
 }
 
 impl QpShared {
+    /// The traffic class asked at creation (`QpCaps`).
+    pub fn traffic_class(&self) -> Option<u8> {
+        self.caps.traffic_class
+    }
+
     pub fn state(&self) -> QpState {
         state_from_u8(self.state.load(SeqCst))
     }
@@ -286,6 +291,11 @@ impl QpShared {
             }
             if net::tune_stream(&s, self.pd.tun.rx_tick()).is_err() {
                 return false;
+            }
+            if let Some(tc) = self.caps.traffic_class {
+                if net::set_traffic_class(&s, tc).is_err() {
+                    return false;
+                }
             }
             match counters::try_clone_stream(&s) {
                 Ok(c) => {

@@ -70,6 +70,9 @@ fn connect(qp: &QpShared) -> Option<Counted<TcpStream>> {
             .map(counters::socket)
             .and_then(|mut s| {
                 net::tune_stream(&s, tun.ack_tick())?;
+                if let Some(tc) = qp.traffic_class() {
+                    net::set_traffic_class(&s, tc)?;
+                }
                 s.write_all(&hello)?;
                 Ok(s)
             });

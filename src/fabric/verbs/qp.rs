@@ -78,6 +78,8 @@ pub struct VerbsQp {
     /// RDMA READs this side may issue (before the peer's limit is known).
     init_rd_atomic: u8,
     _held: Held,
+    /// GRH traffic class set at RTR: the connection's (`QpCaps`), else `NCCL_IB_TC`.
+    traffic_class: u8,
     // Drop order: the QP is destroyed (in Drop) before its CQ and PD go.
     cq: Arc<VerbsCq>,
     pd: Arc<PdInner>,
@@ -152,6 +154,7 @@ impl VerbsQp {
             sgid_index: gid.index as u8,
             init_rd_atomic: rd(hca.attr.max_qp_init_rd_atom),
             _held: Held::new(Resource::Qp),
+            traffic_class: caps.traffic_class.unwrap_or(pd.cfg.traffic_class),
             cq,
             pd,
         })
@@ -307,7 +310,7 @@ impl QueuePair for VerbsQp {
             a.ah_attr.grh.flow_label = 0;
             a.ah_attr.grh.sgid_index = self.sgid_index;
             a.ah_attr.grh.hop_limit = 255;
-            a.ah_attr.grh.traffic_class = cfg.traffic_class;
+            a.ah_attr.grh.traffic_class = self.traffic_class;
         }
         use sys::ibv_qp_attr_mask as M;
         self.modify(

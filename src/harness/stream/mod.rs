@@ -29,7 +29,7 @@ use self::sender::{Progress, SendReport};
 use self::summary::Failure;
 use self::watchdog::Watchdog;
 use crate::abi::common::NCCL_NET_HANDLE_MAXSIZE;
-use crate::abi::loader::{PluginV8, Props};
+use crate::abi::loader::{Abi, Plugin, Props};
 use crate::harness::args::Mode;
 use crate::harness::conn::{self, Endpoint, HandleExchange};
 use crate::harness::report::{format_size, json_string};
@@ -110,8 +110,8 @@ impl StreamCfg {
 }
 
 /// Opens and initialises the plugin; returns it with the device's properties.
-pub(crate) fn load(path: &Path, dev: i32) -> Result<(PluginV8, Props), String> {
-    let plugin = PluginV8::open(path)?;
+pub(crate) fn load(path: &Path, abi: Option<Abi>, dev: i32) -> Result<(Plugin, Props), String> {
+    let plugin = Plugin::open_abi(path, abi)?;
     plugin.init().map_err(|e| format!("init: {e}"))?;
     let ndev = plugin.devices().map_err(|e| format!("devices: {e}"))?;
     if dev >= ndev {
@@ -176,7 +176,7 @@ fn run(o: &StreamOpts) -> i32 {
             return 1;
         }
     };
-    let (plugin, props) = match load(&o.plugin, o.dev) {
+    let (plugin, props) = match load(&o.plugin, o.abi, o.dev) {
         Ok(l) => l,
         Err(e) => {
             err_line(&format!("ha-harness: {e}"));
@@ -288,7 +288,7 @@ fn run(o: &StreamOpts) -> i32 {
 
 /// Both sides as threads of this process.
 fn run_threads(
-    plugin: &PluginV8,
+    plugin: &Plugin,
     dev: i32,
     cfg: &StreamCfg,
     clock: &Clock,

@@ -1,6 +1,7 @@
 //! Command line of `ha-harness stream` (and `ha-harness now`), and the argument list a
 //! `--mode procs` parent gives its child.
 
+use crate::abi::loader::Abi;
 use crate::harness::args::{parse_size, Mode, MAX_MESSAGE, MAX_WINDOW};
 use std::path::PathBuf;
 
@@ -15,7 +16,8 @@ against a pattern keyed by the message's sequence number. Prints
 A request error ends the stream (the error is printed with its ncclResult name).
 
 options:
-  --plugin PATH        ext-net v8 library to load (required)
+  --plugin PATH        ext-net library to load (required); its newest exported ABI is used
+  --abi VERSION        drive this ABI instead: v8, v9, v10 or v11
   --dev N              device index, both sides (default 0)
   --mode MODE          threads (default): both sides in this process;
                        procs: side B runs in a child process
@@ -56,6 +58,8 @@ pub enum Length {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamOpts {
     pub plugin: PathBuf,
+    /// `--abi`: the ext-net version to drive (`None`: the newest the library exports).
+    pub abi: Option<Abi>,
     pub dev: i32,
     pub mode: Mode,
     pub length: Length,
@@ -86,8 +90,9 @@ pub enum Request {
 /// Largest multi-receive group the stream uses.
 pub const MAX_MULTI: usize = 8;
 
-const VALUE_OPTIONS: [&str; 15] = [
+const VALUE_OPTIONS: [&str; 16] = [
     "--plugin",
+    "--abi",
     "--dev",
     "--mode",
     "--duration",
@@ -133,6 +138,7 @@ pub fn parse(args: &[String]) -> Result<Request, String> {
     }
     let mut o = StreamOpts {
         plugin: PathBuf::new(),
+        abi: None,
         dev: 0,
         mode: Mode::Threads,
         length: Length::Messages(0),
@@ -184,6 +190,7 @@ pub fn parse(args: &[String]) -> Result<Request, String> {
                 o.plugin = PathBuf::from(v);
                 have_plugin = true;
             }
+            "--abi" => o.abi = Some(Abi::parse(&v)?),
             "--dev" => o.dev = num(name, &v)?,
             "--mode" => {
                 o.mode = match v.as_str() {
@@ -276,6 +283,9 @@ pub fn child_args(o: &StreamOpts, multi_max: usize) -> Vec<String> {
     };
     kv("--plugin", o.plugin.to_string_lossy().into_owned());
     kv("--dev", o.dev.to_string());
+    if let Some(abi) = o.abi {
+        kv("--abi", abi.to_string());
+    }
     kv("--max-size", o.max_size.to_string());
     kv("--window", o.window.to_string());
     kv("--multi-max", multi_max.to_string());
@@ -405,12 +415,14 @@ mod tests {
             "stream --plugin /a/b.so --dev 1 --mode procs --messages 1000 --max-size 64K \
              --window 4 --seed 9 --timeout 7 --child-prefix ip --json x --events y --shared-mr",
             "stream --plugin b.so --duration 0.5",
+            "stream --plugin b.so --abi v9 --mode procs --messages 10",
         ] {
             let parent = stream(line);
             let child = stream(&child_args(&parent, 3).join(" "));
             assert!(child.child);
             assert_eq!(child.multi_max, Some(3));
             assert_eq!(child.shared_mr, parent.shared_mr);
+            assert_eq!(child.abi, parent.abi);
             assert_eq!(
                 (
                     child.plugin,

@@ -168,7 +168,7 @@ fn reap(child: &mut Child, grace: Duration) -> Result<(), String> {
 /// are not in either side's report.
 pub fn run_parent(
     o: &StreamOpts,
-    plugin: &crate::abi::loader::PluginV8,
+    plugin: &crate::abi::loader::Plugin,
     cfg: &StreamCfg,
     clock: &Clock,
     progress: &mut dyn FnMut(super::sender::Progress, &super::sender::SendReport),
@@ -329,7 +329,7 @@ pub fn child_main(o: &StreamOpts) -> i32 {
             return 1;
         }
     };
-    let plugin = match load(&o.plugin, o.dev) {
+    let plugin = match load(&o.plugin, o.abi, o.dev) {
         Ok((plugin, _props)) => plugin,
         Err(e) => {
             emit(&wire::encode(&Msg::Error(e)));
@@ -381,7 +381,7 @@ pub fn child_main(o: &StreamOpts) -> i32 {
 #[allow(clippy::too_many_arguments)]
 fn child_side(
     o: &StreamOpts,
-    plugin: &crate::abi::loader::PluginV8,
+    plugin: &crate::abi::loader::Plugin,
     cfg: &StreamCfg,
     clock: &Clock,
     abort: &AtomicBool,

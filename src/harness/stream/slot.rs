@@ -6,7 +6,7 @@
 //! their registrations) alive for the rest of the process.
 
 use crate::abi::common::NCCL_PTR_HOST;
-use crate::abi::loader::{Comm, Mr, PluginV8};
+use crate::abi::loader::{Comm, Mr, Plugin};
 
 pub struct Slot {
     bytes: Vec<u8>,
@@ -15,12 +15,7 @@ pub struct Slot {
 
 impl Slot {
     /// Allocates `len` bytes (at least 8) and registers them `regs` times (at least once).
-    pub fn register(
-        plugin: &PluginV8,
-        comm: &Comm,
-        len: usize,
-        regs: usize,
-    ) -> Result<Slot, String> {
+    pub fn register(plugin: &Plugin, comm: &Comm, len: usize, regs: usize) -> Result<Slot, String> {
         let mut s = Slot {
             bytes: vec![0u8; len.max(8)],
             mrs: Vec::with_capacity(regs.max(1)),
@@ -39,7 +34,7 @@ impl Slot {
         Ok(s)
     }
 
-    pub fn deregister(self, plugin: &PluginV8, comm: &Comm) -> Result<(), String> {
+    pub fn deregister(self, plugin: &Plugin, comm: &Comm) -> Result<(), String> {
         let mut first = Ok(());
         for mr in self.mrs {
             if let Err(e) = plugin.dereg_mr(comm, mr) {
@@ -72,7 +67,7 @@ impl Slot {
 
 /// `n` slots of `len` bytes with `regs` registrations each, on the send or receive comm.
 pub fn register_all(
-    plugin: &PluginV8,
+    plugin: &Plugin,
     comm: &Comm,
     n: usize,
     len: usize,
@@ -94,7 +89,7 @@ pub fn register_all(
 }
 
 /// Deregisters slots after a clean run; the first failure is returned.
-pub fn deregister_all(plugin: &PluginV8, comm: &Comm, slots: Vec<Slot>) -> Result<(), String> {
+pub fn deregister_all(plugin: &Plugin, comm: &Comm, slots: Vec<Slot>) -> Result<(), String> {
     let mut first = Ok(());
     for s in slots {
         let r = s.deregister(plugin, comm);

@@ -16,6 +16,10 @@ pub struct HaCfg {
     pub failback: bool,
     pub rearm_hold: Duration,
     pub handshake_timeout: Duration,
+    /// Traffic class of the connection's queue pairs (`None`: the fabric's default). The
+    /// connector offers its own in the handshake and the acceptor adopts it, as NCCL's IB
+    /// transport does.
+    pub traffic_class: Option<u8>,
 }
 
 impl HaCfg {

@@ -528,17 +528,18 @@ impl Link {
             return; // hold-down, or the port is still down (PORT_ACTIVE not seen yet)
         }
         self.last_failure = Some(now);
-        let started = Path::open(self.holds[d].clone_lease()).and_then(|p| {
-            let msg = CtrlMsg {
-                kind: CtrlKind::Rearm,
-                epoch: self.epoch,
-                a: d as u64,
-                b: 0,
-                endpoint: p.qp.local_endpoint(),
-            };
-            let a = self.active;
-            self.send_ctrl(a, &msg).map(|_| p)
-        });
+        let started =
+            Path::open(self.holds[d].clone_lease(), self.cfg.traffic_class).and_then(|p| {
+                let msg = CtrlMsg {
+                    kind: CtrlKind::Rearm,
+                    epoch: self.epoch,
+                    a: d as u64,
+                    b: 0,
+                    endpoint: p.qp.local_endpoint(),
+                };
+                let a = self.active;
+                self.send_ctrl(a, &msg).map(|_| p)
+            });
         match started {
             Ok(p) => self.rearm = Some((d, p, now)),
             Err(e) => tracing::info!(
@@ -559,10 +560,11 @@ impl Link {
             rkey: self.peer_rkeys[d],
             dev: self.holds[d].dev.dev as u16,
         };
-        let built = Path::open(self.holds[d].clone_lease()).and_then(|mut p| {
-            p.connect(&peer)?;
-            Ok(p)
-        });
+        let built =
+            Path::open(self.holds[d].clone_lease(), self.cfg.traffic_class).and_then(|mut p| {
+                p.connect(&peer)?;
+                Ok(p)
+            });
         match built {
             Ok(p) => {
                 let ack = CtrlMsg {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 pub const QP_CAPS: QpCaps = QpCaps {
     max_send_wr: 1024,
     max_recv_wr: 256,
+    traffic_class: None,
 };
 
 /// Receives kept posted on every path (at most 32 data immediates are in flight).
@@ -52,9 +53,14 @@ pub struct Path {
 }
 
 impl Path {
-    /// A queue pair in INIT on `lease`'s device, routed to a fresh inbox, receives posted.
-    pub fn open(lease: Lease) -> FabricResult<Path> {
-        let qp = lease.dev.pd.create_qp(&lease.dev.cq, QP_CAPS)?;
+    /// A queue pair in INIT on `lease`'s device, routed to a fresh inbox, receives posted;
+    /// `traffic_class` `None` leaves the fabric's default.
+    pub fn open(lease: Lease, traffic_class: Option<u8>) -> FabricResult<Path> {
+        let caps = QpCaps {
+            traffic_class,
+            ..QP_CAPS
+        };
+        let qp = lease.dev.pd.create_qp(&lease.dev.cq, caps)?;
         let route = lease.route(qp.qp_num());
         qp.to_init()?;
         let mut p = Path {

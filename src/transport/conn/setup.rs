@@ -23,12 +23,15 @@ pub struct Half {
     pub region: Region,
     pub stage: Region,
     pub ctrl_stage: Region,
+    /// Traffic class of the paths (offered to the peer in the handshake).
+    pub traffic_class: Option<u8>,
 }
 
 impl Half {
     /// Open the paths (primary on `dev`, standby if enabled and available) and register.
     /// On rail fabrics the acceptor follows the connector's rails (`peer`), so each path stays
-    /// on one rail end to end.
+    /// on one rail end to end. The acceptor adopts the connector's traffic class when it
+    /// offers one, else uses `cfg`'s.
     pub fn open(
         engine: &Arc<Engine>,
         dev: usize,
@@ -52,9 +55,12 @@ impl Half {
                 chosen.truncate(if cfg.enable_backup { 2 } else { 1 });
             }
         }
+        let traffic_class = peer
+            .and_then(|p| flags::traffic_class(p.flags))
+            .or(cfg.traffic_class);
         let mut paths = Vec::with_capacity(chosen.len());
         for d in chosen {
-            paths.push(Path::open(engine.lease(d)?)?);
+            paths.push(Path::open(engine.lease(d)?, traffic_class)?);
         }
         let (region_words, stage_words) = match role {
             Role::Send => (SEND_REGION_WORDS, FIFO_DEPTH * RECORD_WORDS),
@@ -75,13 +81,17 @@ impl Half {
             region,
             stage,
             ctrl_stage,
+            traffic_class,
         })
     }
 
     /// What this side offers the peer.
     pub fn params(&self) -> Params {
         Params {
-            flags: if self.paths.len() > 1 { flags::HA } else { 0 },
+            flags: flags::with_traffic_class(
+                if self.paths.len() > 1 { flags::HA } else { 0 },
+                self.traffic_class,
+            ),
             paths: self
                 .paths
                 .iter()
@@ -141,7 +151,10 @@ impl Half {
             peer_addr: peer.addr,
             peer_mailbox_off,
             role: self.role,
-            cfg: cfg.clone(),
+            cfg: HaCfg {
+                traffic_class: self.traffic_class,
+                ..cfg.clone()
+            },
             stats_file: stats_file.to_string(),
         })
     }

@@ -248,6 +248,7 @@ fn posting_in_wrong_state_and_queue_limits() {
     let caps = QpCaps {
         max_send_wr: 2,
         max_recv_wr: 1,
+        traffic_class: None,
     };
     let a = side(&f, caps);
     let src = Buf::new(64, 0);

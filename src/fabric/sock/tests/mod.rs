@@ -26,6 +26,7 @@ pub(super) const LONG: Duration = Duration::from_secs(30);
 pub(super) const CAPS: QpCaps = QpCaps {
     max_send_wr: 256,
     max_recv_wr: 256,
+    traffic_class: None,
 };
 
 pub(super) fn lo() -> SockRail {
