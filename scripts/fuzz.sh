@@ -5,6 +5,7 @@
 #   scripts/fuzz.sh [SECONDS]
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh 0     # a fixed number of executions instead of time
 #   FUZZ_TARGETS="sock_stream recv_side" scripts/fuzz.sh 60
+#   FUZZ_SANITIZER=address scripts/fuzz.sh 30    # default none: the targets are safe Rust
 #
 # Needs a nightly toolchain (rustup) and cargo-fuzz, which it installs when missing.
 # Corpora grow in fuzz/corpus/<target>/ (ignored by git), seeded from fuzz/seeds/<target>/;
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/.."
 
 secs=${1:-30}
 runs=${FUZZ_RUNS:--1}
+san=${FUZZ_SANITIZER:-none}
 nice_cmd=(nice -n "${FUZZ_NICE:-10}")
 
 die() { echo "fuzz.sh: $*" >&2; exit 2; }
@@ -33,7 +35,7 @@ fi
 
 targets=${FUZZ_TARGETS:-$(cd fuzz/fuzz_targets && ls *.rs | sed 's/\.rs$//')}
 cd fuzz
-"${nice_cmd[@]}" cargo +nightly fuzz build -O --fuzz-dir . >&2
+"${nice_cmd[@]}" cargo +nightly fuzz build -O -s "$san" --fuzz-dir . >&2
 
 declare -A execs
 for t in $targets; do
@@ -42,7 +44,7 @@ for t in $targets; do
     args=(-runs="$runs" -print_final_stats=1)
     if [ "$secs" != 0 ]; then args+=(-max_total_time="$secs"); fi
     echo "== $t: ${secs}s, runs=$runs" >&2
-    if ! "${nice_cmd[@]}" cargo +nightly fuzz run -O --fuzz-dir . "$t" "corpus/$t" "seeds/$t" \
+    if ! "${nice_cmd[@]}" cargo +nightly fuzz run -O -s "$san" --fuzz-dir . "$t" "corpus/$t" "seeds/$t" \
         -- "${args[@]}" >"$log" 2>&1; then
         tail -n 40 "$log" >&2
         die "$t: crash or error (input in fuzz/artifacts/$t/, log $log)"

@@ -13,7 +13,8 @@ use crate::transport::data::recv::RecvSide;
 use crate::transport::data::send::{SendArgs, SendSide};
 use crate::transport::data::{ProtoError, ReqId};
 
-const MAX_OPS: usize = 512;
+/// Operations per input (longer programs add little coverage and cost throughput).
+const MAX_OPS: usize = 128;
 
 fn status(inp: &mut Input) -> WcStatus {
     match inp.u8() {
@@ -45,6 +46,7 @@ pub fn recv_side(data: &[u8]) {
     let mut inp = Input::new(data);
     let mut m = RecvSide::new();
     let records = SharedWords::new(FIFO_DEPTH * RECORD_WORDS);
+    let fifo = SharedWords::new(FIFO_DEPTH * CTS_SLOT_WORDS);
     // Live requests: (id, seq, buffer capacities, recv wr_id).
     let mut live: Vec<(ReqId, u64, Vec<u64>, u64)> = Vec::new();
     for _ in 0..MAX_OPS {
@@ -65,7 +67,6 @@ pub fn recv_side(data: &[u8]) {
                 match m.post(&bufs) {
                     Ok(Some((id, post))) => {
                         assert_eq!(post.slot, (post.seq % FIFO_DEPTH as u64) as usize);
-                        let fifo = SharedWords::new(FIFO_DEPTH * CTS_SLOT_WORDS);
                         for (k, w) in post.cts.iter().enumerate() {
                             fifo.store(post.slot * CTS_SLOT_WORDS + k, *w);
                         }
