@@ -13,5 +13,7 @@ pub mod api;
 pub mod config;
 pub mod engine;
 pub mod fabric;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod harness;
 pub mod transport;

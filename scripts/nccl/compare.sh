@@ -9,6 +9,7 @@
 #   dir must be an MPI=1 build): the plugin on the two `sock` rails, NCCL Socket on the
 #   out-of-band veth pair (same kind of link).
 # COMPARE_ONLY=ha|socket runs one side (the table needs both logs in OUT_DIR).
+# PLUGIN_DIR: the folder holding libnccl-net-ha.so (default dist/).
 # Needs dist/libnccl-net-ha.so (scripts/build.sh). Extra all_reduce_perf flags: $PERF_ARGS
 # (default "-b 8 -e 1G -f 4 -c 1" plus -g 2 or -g 1).
 set -euo pipefail
@@ -28,7 +29,7 @@ ha_log="$out/allreduce-$mode-ha.log"
 so_log="$out/allreduce-$mode-socket.log"
 if [ "$only" != socket ]; then
   echo "== HA plugin (sock fabric), $mode"
-  env "${common[@]}" LD_LIBRARY_PATH="$here/dist:${LD_LIBRARY_PATH:-}" NCCL_NET_PLUGIN=ha NCCL_NET=HA \
+  env "${common[@]}" LD_LIBRARY_PATH="${PLUGIN_DIR:-$here/dist}:${LD_LIBRARY_PATH:-}" NCCL_NET_PLUGIN=ha NCCL_NET=HA \
     HA_NCCL_FABRIC=sock "${launch[@]}" "$bin/all_reduce_perf" $args > "$ha_log" 2>&1 || { tail -30 "$ha_log"; exit 1; }
   grep -hE "Using network|Loaded net plugin" "$ha_log" | sed 's/^[^ ]* [^ ]* //' | sort -u | head -5
 fi

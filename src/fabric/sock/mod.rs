@@ -40,6 +40,7 @@ mod qp;
 mod reader;
 mod requester;
 mod responder;
+pub mod sequence;
 pub mod wire;
 
 #[cfg(test)]

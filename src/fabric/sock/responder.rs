@@ -8,7 +8,8 @@ use super::mr::MrEntry;
 use super::net;
 use super::qp::QpShared;
 use super::reader::{Abort, FrameReader, Watch};
-use super::wire::{flags, syndrome, Header, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
+use super::sequence::{RequestSeq, Step};
+use super::wire::{flags, syndrome, Header, Op, HEADER_LEN};
 use crate::fabric::counters::Counted;
 use crate::fabric::{Access, QpState, WcStatus};
 use std::net::TcpStream;
@@ -55,10 +56,9 @@ impl Watch for RxWatch<'_> {
     }
 }
 
-/// The WRITE being placed.
+/// The WRITE being placed (its sequencing is in [`RequestSeq`]).
 struct WriteCtx {
     mr: Option<Arc<MrEntry>>,
-    next: u64,
     end: u64,
     total: u64,
     /// Start of the last aligned word (stored last); `== end` when there is none.
@@ -70,7 +70,7 @@ struct Responder<'a> {
     qp: &'a QpShared,
     fd: RawFd,
     rd: FrameReader,
-    expected_psn: u32,
+    seq: RequestSeq,
     cur: Option<WriteCtx>,
     /// ACK not yet sent: (psn, ended a WR), and how many frames it covers.
     pending: Option<(u32, bool)>,
@@ -96,7 +96,7 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
         qp: &qp,
         fd,
         rd: FrameReader::new(fd),
-        expected_psn: 0,
+        seq: RequestSeq::new(),
         cur: None,
         pending: None,
         pending_frames: 0,
@@ -143,18 +143,19 @@ impl Responder<'_> {
                 Ok(b) => b,
                 Err(a) => return self.abort(a),
             };
-            let h = match Header::decode(&hb, MAX_SEGMENT_BYTES) {
-                Ok(h) if h.op.is_request() => h,
-                Ok(h) => return End::Garbage(format!("reply {:?} on a request stream", h.op)),
+            let (h, step) = match self.seq.next(&hb) {
+                Ok(v) => v,
                 Err(e) => return End::Garbage(e.to_string()),
             };
-            if h.psn != self.expected_psn {
-                return End::Garbage(format!("psn {} expected {}", h.psn, self.expected_psn));
-            }
-            self.expected_psn = h.psn.wrapping_add(1);
-            let r = match h.op {
-                Op::Write => self.on_write(&h),
-                _ => self.on_read(&h),
+            let r = match step {
+                Step::Write {
+                    from,
+                    to,
+                    first,
+                    last,
+                    ..
+                } => self.on_write(&h, first, from, to, last),
+                Step::Read => self.on_read(&h),
             };
             if let Err(e) = r {
                 return e;
@@ -210,11 +211,9 @@ impl Responder<'_> {
         }
     }
 
-    fn on_write(&mut self, h: &Header) -> Result<(), End> {
-        if h.has(flags::FIRST) {
-            if self.cur.is_some() {
-                return Err(End::Garbage("WRITE FIRST inside a WRITE".into()));
-            }
+    /// Place payload bytes `[a, b)` of a WRITE (sequence checked by [`RequestSeq`]).
+    fn on_write(&mut self, h: &Header, first: bool, a: u64, b: u64, last: bool) -> Result<(), End> {
+        if first {
             let mr = self.validate(h, Access::REMOTE_WRITE)?;
             let end = h.raddr + h.total; // no overflow: checked by decode
             let tail_start = if h.total >= 8 && end % 8 == 0 {
@@ -224,7 +223,6 @@ impl Responder<'_> {
             };
             self.cur = Some(WriteCtx {
                 mr,
-                next: h.raddr,
                 end,
                 total: h.total,
                 tail_start,
@@ -232,16 +230,11 @@ impl Responder<'_> {
             });
         }
         let qp = self.qp;
-        let c = match self.cur.as_mut() {
-            Some(c) if c.next == h.raddr && c.total == h.total => c,
-            _ => return Err(End::Garbage(format!("WRITE segment {h:?} out of order"))),
+        // `RequestSeq` accepted a non-first segment only inside a WRITE.
+        let Some(c) = self.cur.as_mut() else {
+            return Err(End::Garbage(format!("WRITE segment {h:?} outside a WRITE")));
         };
-        let len = h.len as u64;
-        let rest = c.end - c.next;
-        let last = len == rest;
-        if len > rest || last != h.has(flags::LAST) || (!last && len == 0) {
-            return Err(End::Garbage(format!("WRITE segment {h:?} does not fit")));
-        }
+        let len = b - a;
         if len > 0 {
             let g = qp.place.read();
             if qp.dead() {
@@ -254,7 +247,6 @@ impl Responder<'_> {
                     syndrome: syndrome::REMOTE_ACCESS,
                 });
             };
-            let (a, b) = (c.next, c.next + len);
             let body_end = b.min(c.tail_start);
             let mut w = RxWatch { qp };
             let mut r = Ok(());
@@ -276,15 +268,12 @@ impl Responder<'_> {
                         .read_payload(c.tail.as_mut_ptr().add(off), (b - from) as usize, &mut w)
                 };
             }
-            if r.is_ok() {
-                c.next = b;
-                if last && c.tail_start < c.end {
-                    // SAFETY: `tail_start` is 8-byte aligned (end % 8 == 0) and the 8 bytes
-                    // lie inside the pinned registration (validated); the Release store
-                    // publishes every byte placed before it.
-                    let word = unsafe { AtomicU64::from_ptr(c.tail_start as *mut u64) };
-                    word.store(u64::from_ne_bytes(c.tail), Ordering::Release);
-                }
+            if r.is_ok() && last && c.tail_start < c.end {
+                // SAFETY: `tail_start` is 8-byte aligned (end % 8 == 0) and the 8 bytes
+                // lie inside the pinned registration (validated); the Release store
+                // publishes every byte placed before it.
+                let word = unsafe { AtomicU64::from_ptr(c.tail_start as *mut u64) };
+                word.store(u64::from_ne_bytes(c.tail), Ordering::Release);
             }
             drop(pin);
             drop(g);

@@ -241,6 +241,7 @@ impl SendSide {
     /// of the new path) into `fifo`. Groups it delivered complete; the others are rebuilt from
     /// the re-posted entries and returned, in order, for a replay on the new path. `lkey`
     /// gives the new path's key for (slot, entry index, address, size) of a posted send.
+    /// Every error also fails the connection (the caller only stops).
     pub fn apply_switch(
         &mut self,
         fifo: &SharedWords,
@@ -280,10 +281,17 @@ impl SendSide {
             let mut args = g.matched.clone();
             for (k, a) in args.iter_mut().enumerate() {
                 if a.size > 0 && a.size <= entries[k].size {
-                    a.lkey = lkey(i, k, a.addr, a.size).ok_or(ProtoError::Failed {
-                        status: WcStatus::LocProtErr,
-                        what: "registering a replayed send on the new path",
-                    })?;
+                    match lkey(i, k, a.addr, a.size) {
+                        Some(key) => a.lkey = key,
+                        None => {
+                            let e = ProtoError::Failed {
+                                status: WcStatus::LocProtErr,
+                                what: "registering a replayed send on the new path",
+                            };
+                            self.fail(e.clone());
+                            return Err(e);
+                        }
+                    }
                 }
             }
             replay.push(Self::batch(g.seq, &entries, &args));
@@ -291,13 +299,22 @@ impl SendSide {
         // A receive being matched was advertised with the old path's keys: re-read it.
         if let Some(m) = self.cur.as_mut() {
             let slot = (m.seq % FIFO_DEPTH as u64) as usize;
+            let mut refused = false;
             for (k, a) in m.matched.iter_mut().enumerate() {
                 if let Some(a) = a.as_mut().filter(|a| a.size > 0) {
-                    a.lkey = lkey(slot, k, a.addr, a.size).ok_or(ProtoError::Failed {
-                        status: WcStatus::LocProtErr,
-                        what: "registering a matched send on the new path",
-                    })?;
+                    match lkey(slot, k, a.addr, a.size) {
+                        Some(key) => a.lkey = key,
+                        None => refused = true,
+                    }
                 }
+            }
+            if refused {
+                let e = ProtoError::Failed {
+                    status: WcStatus::LocProtErr,
+                    what: "registering a matched send on the new path",
+                };
+                self.fail(e.clone());
+                return Err(e);
             }
             match read_cts(fifo, slot, m.seq) {
                 Ok(Some(e)) if e.len() == m.entries.len() => m.entries = e,
