@@ -240,7 +240,7 @@ fn a_child_that_never_starts_fails_the_stream_at_once() {
             && out.contains("child exited without reporting (child exited with exit status: 1)"),
         "{out}"
     );
-    assert_eq!(counts(&o)[5], 1, "one failure, counted once");
+    assert_eq!(counts(&o)[5], 1, "one failure, counted once: {}", text(&o));
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "{:?}",

@@ -283,6 +283,16 @@ pub fn run_parent(
     } else {
         None
     };
+    let mut sent = sent;
+    if outcome.report.is_none() && child_failure.is_some() {
+        // The child died before reporting: our failing to talk to it (a broken pipe, no
+        // handle) is the same failure seen from this side, not a second one.
+        if let Some(e) = sent.error.as_mut() {
+            if e.what.contains("writing to the child") || e.what.starts_with("child: ") {
+                e.kind = ErrorKind::Aborted;
+            }
+        }
+    }
     extra.extend(child_failure.map(failure));
     (sent, outcome.report, extra)
 }
