@@ -267,14 +267,12 @@ impl Responder<'_> {
                         .read_payload(c.tail.as_mut_ptr().add(off), (b - from) as usize, &mut w)
                 };
             }
-            if r.is_ok() {
-                if last && c.tail_start < c.end {
-                    // SAFETY: `tail_start` is 8-byte aligned (end % 8 == 0) and the 8 bytes
-                    // lie inside the pinned registration (validated); the Release store
-                    // publishes every byte placed before it.
-                    let word = unsafe { AtomicU64::from_ptr(c.tail_start as *mut u64) };
-                    word.store(u64::from_ne_bytes(c.tail), Ordering::Release);
-                }
+            if r.is_ok() && last && c.tail_start < c.end {
+                // SAFETY: `tail_start` is 8-byte aligned (end % 8 == 0) and the 8 bytes
+                // lie inside the pinned registration (validated); the Release store
+                // publishes every byte placed before it.
+                let word = unsafe { AtomicU64::from_ptr(c.tail_start as *mut u64) };
+                word.store(u64::from_ne_bytes(c.tail), Ordering::Release);
             }
             drop(pin);
             drop(g);
