@@ -3,8 +3,8 @@
  *
  * This is the project's own declaration of the types and entry-point tables that NCCL
  * expects from a network plugin. It is written from the documented ABI (type sizes, member
- * order, constant values) and is checked against the Rust mirrors in src/abi/ by
- * tests/c_layout.rs: every size and field offset declared here must match the Rust side.
+ * order, constant values) and is checked against the Rust mirrors in crates/nccl-net-abi/ by
+ * crates/nccl-net-abi/tests/c_layout.rs: every size and field offset declared here must match the Rust side.
  *
  * Layout of this header:
  *   1. Definitions shared by every ABI version (result codes, logging, constants).

@@ -2,6 +2,10 @@
 # Build the release plugin as dist/libnccl-net-ha.so (plus the ha-harness tool).
 # Use it with: LD_LIBRARY_PATH=$PWD/dist NCCL_NET_PLUGIN=ha NCCL_NET=HA ...
 #
+# The installed library is stripped; its debug information (line tables, for backtraces and
+# perf) goes to dist/libnccl-net-ha.so.debug, which gdb and perf find through the
+# .gnu_debuglink section when it sits beside the library (or in /usr/lib/debug).
+#
 # usage: scripts/build.sh [--abi-variants]
 #
 #   HA_ABI_MAX=N scripts/build.sh   dist/libnccl-net-ha.so exports ext-net v8..vN only
@@ -23,19 +27,35 @@ for a in "$@"; do
 done
 mkdir -p dist
 build() { # $1 = max ABI; output: target/release/libnccl_net_ha.so
-  HA_ABI_MAX="$1" cargo build --release --locked --lib --bin ha-harness
+  HA_ABI_MAX="$1" cargo build --release --locked -p nccl-net-ha -p ha-harness
+}
+# install_so SRC DST: DST stripped, DST.debug holding the debug info, linked by debuglink.
+install_so() {
+  local dir base
+  dir=$(dirname "$2") base=$(basename "$2")
+  objcopy --only-keep-debug "$1" "$2.debug"
+  # --add-gnu-debuglink names the file; run from DST's folder so only the base name is stored.
+  (cd "$dir" && objcopy --strip-debug --strip-unneeded --add-gnu-debuglink="$base.debug" \
+     "$OLDPWD/$1" "$base.tmp" && mv -f "$base.tmp" "$base")
 }
 exports() { nm -D --defined-only "$1" | grep -o 'ncclNetPlugin_v[0-9]*' | sort -V | tr '\n' ' '; }
 if [ "$variants" = 1 ]; then
   for v in 8 9 10 11; do
     build "$v"
     mkdir -p "dist/abi-v$v"
-    cp -f target/release/libnccl_net_ha.so "dist/abi-v$v/libnccl-net-ha.so"
+    install_so target/release/libnccl_net_ha.so "dist/abi-v$v/libnccl-net-ha.so"
     echo "built $(pwd)/dist/abi-v$v/libnccl-net-ha.so: $(exports "dist/abi-v$v/libnccl-net-ha.so")"
   done
 fi
 max=${HA_ABI_MAX:-11}
 build "$max"
-cp -f target/release/libnccl_net_ha.so dist/libnccl-net-ha.so
+install_so target/release/libnccl_net_ha.so dist/libnccl-net-ha.so
 cp -f target/release/ha-harness dist/ha-harness
-echo "built $(pwd)/dist/libnccl-net-ha.so: $(exports dist/libnccl-net-ha.so)"
+echo "built $(pwd)/dist/libnccl-net-ha.so ($(stat -c %s dist/libnccl-net-ha.so) bytes; debug info in" \
+  "libnccl-net-ha.so.debug): $(exports dist/libnccl-net-ha.so)"
+# The library exports the plugin tables and nothing else (what NCCL dlsyms).
+extra=$(nm -D --defined-only dist/libnccl-net-ha.so | awk '{print $3}' | grep -v '^ncclNetPlugin_v[0-9]*$' || true)
+if [ -n "$extra" ]; then
+  echo "build.sh: dist/libnccl-net-ha.so exports more than the plugin tables: $extra" >&2
+  exit 1
+fi

@@ -10,7 +10,7 @@
 # Needs a nightly toolchain (rustup) and cargo-fuzz, which it installs when missing.
 # Corpora grow in fuzz/corpus/<target>/ (ignored by git), seeded from fuzz/seeds/<target>/;
 # crashes land in fuzz/artifacts/<target>/. The stable, short variant of the same targets
-# is `cargo test --test fuzz_targets`.
+# is `cargo test -p ha-fuzz --test fuzz_targets`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +21,7 @@ nice_cmd=(nice -n "${FUZZ_NICE:-10}")
 
 die() { echo "fuzz.sh: $*" >&2; exit 2; }
 
-command -v rustup >/dev/null || die "rustup not found: cannot get a nightly toolchain; cargo-fuzz needs nightly. The stable variant: cargo test --test fuzz_targets"
+command -v rustup >/dev/null || die "rustup not found: cannot get a nightly toolchain; cargo-fuzz needs nightly. The stable variant: cargo test -p ha-fuzz --test fuzz_targets"
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
     echo "fuzz.sh: installing the nightly toolchain" >&2
     rustup toolchain install nightly --profile minimal \

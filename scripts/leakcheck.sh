@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 command -v valgrind >/dev/null || { echo "leakcheck: valgrind not installed (apt-get install -y valgrind)" >&2; exit 2; }
 HARNESS=target/release/ha-harness PLUGIN=target/release/libnccl_net_ha.so
-[ -x "$HARNESS" ] && [ -f "$PLUGIN" ] || { echo "leakcheck: build first: cargo build --release --lib --bins" >&2; exit 2; }
+[ -x "$HARNESS" ] && [ -f "$PLUGIN" ] || { echo "leakcheck: build first: cargo build --release -p nccl-net-ha -p ha-harness" >&2; exit 2; }
 LOG=${LOG:-$(mktemp /tmp/leakcheck.XXXXXX.log)}
 
 # Generous fabric timeouts: under valgrind everything is ~30x slower, and a retry timer firing
@@ -56,7 +56,7 @@ if [ "$rc" != 0 ] || [ "$definite" != 0 ] || [ "$indirect" != 0 ]; then verdict=
 echo "leakcheck: definitely lost ${definite} bytes, indirectly lost ${indirect} bytes, memcheck errors ${errors}, harness exit $rc, ${took}s: $verdict (log: $LOG)"
 if [ -n "$REPORT" ]; then
   {
-    echo "Command (from the repository root, after \`cargo build --release --lib --bins\`):"
+    echo "Command (from the repository root, after \`cargo build --release -p nccl-net-ha -p ha-harness\`):"
     echo
     echo '```sh'
     echo "bash scripts/leakcheck.sh --max-size $MAX_SIZE"

@@ -8,10 +8,10 @@ if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all -- --check
 else echo "test: cargo fmt not installed, format check skipped"; fi
 if cargo clippy --version >/dev/null 2>&1; then
-  cargo clippy --locked --all-targets -- -D warnings
+  cargo clippy --locked --workspace --all-targets -- -D warnings
 else echo "test: cargo clippy not installed, lint skipped"; fi
-cargo build --locked --lib --bins
-cargo test --locked -- --test-threads=2
+cargo build --locked --workspace
+cargo test --locked --workspace -- --test-threads=2
 bash scripts/build.sh
 # Soak: random traffic on two connections while rails flap; exactly-once, memory flat.
 bash scripts/drill/soak.sh 60 --streams 2 --window 8

@@ -1,6 +1,6 @@
 #![no_main]
-//! libFuzzer entry of the `data_layout` target (body: `nccl_net_ha::fuzzing::data_layout`).
+//! libFuzzer entry of the `data_layout` target (body: `ha_fuzz::data_layout`).
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| nccl_net_ha::fuzzing::data_layout(data));
+fuzz_target!(|data: &[u8]| ha_fuzz::data_layout(data));

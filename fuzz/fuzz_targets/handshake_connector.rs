@@ -1,6 +1,6 @@
 #![no_main]
-//! libFuzzer entry of the `handshake_connector` target (body: `nccl_net_ha::fuzzing::handshake_connector`).
+//! libFuzzer entry of the `handshake_connector` target (body: `ha_fuzz::handshake_connector`).
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| nccl_net_ha::fuzzing::handshake_connector(data));
+fuzz_target!(|data: &[u8]| ha_fuzz::handshake_connector(data));

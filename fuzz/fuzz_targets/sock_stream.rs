@@ -1,6 +1,6 @@
 #![no_main]
-//! libFuzzer entry of the `sock_stream` target (body: `nccl_net_ha::fuzzing::sock_stream`).
+//! libFuzzer entry of the `sock_stream` target (body: `ha_fuzz::sock_stream`).
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| nccl_net_ha::fuzzing::sock_stream(data));
+fuzz_target!(|data: &[u8]| ha_fuzz::sock_stream(data));

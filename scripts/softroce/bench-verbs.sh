@@ -35,7 +35,7 @@ export SR_KARGS=${SR_KARGS-tsc=reliable clocksource=tsc}
 out=${BENCH_OUT:-bench/results/$(date +%F)-softroce-verbs-vs-perftest.md}
 
 bash scripts/softroce/build.sh >&2 || { echo "bench-verbs: rig build failed"; exit 2; }
-cargo build --release --lib --bin ha-harness --message-format=json-render-diagnostics \
+cargo build --release -p nccl-net-ha -p ha-harness --message-format=json-render-diagnostics \
   > /tmp/bench-verbs.$$.json || { echo "bench-verbs: build failed"; exit 1; }
 harness=$(grep -o '"executable":"[^"]*ha-harness"' /tmp/bench-verbs.$$.json | cut -d'"' -f4 | tail -1)
 rm -f /tmp/bench-verbs.$$.json
@@ -105,7 +105,7 @@ knobs=$(compgen -e | grep '^HA_NCCL_\|^BENCH_' | while read -r v; do printf '%s=
 {
   echo "# Soft-RoCE: the plugin (verbs fabric) vs perftest on rail A"
   echo
-  echo "$(date -u '+%F %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' + uncommitted changes in src/')."
+  echo "$(date -u '+%F %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' + uncommitted changes in crates/')."
   echo
   echo '```'
   echo "${knobs}scripts/softroce/bench-verbs.sh"

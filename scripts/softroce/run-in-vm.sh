@@ -2,7 +2,7 @@
 # Run one command inside a fresh Soft-RoCE guest; exit with its status, print its output.
 #
 #   scripts/softroce/run-in-vm.sh [--no-rails] CMD [ARGS...]
-#   CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER=$PWD/scripts/softroce/run-in-vm.sh cargo test --test verbs_rxe
+#   CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER=$PWD/scripts/softroce/run-in-vm.sh cargo test -p ha-core --test verbs_rxe
 #
 # The guest (QEMU, TCG) runs Debian's kernel and sees the host's root filesystem read-only at
 # the same paths, so CMD can be any host-built binary (a cargo test executable under target/).

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The verbs suite on real kernel verbs, in ONE Soft-RoCE guest (run-in-vm.sh):
-#  * tests/verbs_rxe.rs: the fabric itself, both rails;
-#  * the C-ABI suite through the built .so (tests/abi_sock.rs, abi_peer_failure.rs,
+#  * crates/ha-core/tests/verbs_rxe/: the fabric itself, both rails;
+#  * the C-ABI suite through the built .so (crates/nccl-net-ha/tests/abi_sock.rs, abi_peer_failure.rs,
 #    abi_lifecycle.rs) with HA_NCCL_FABRIC=verbs, once on rail A and once on rail B
 #    (guest/verbs-suite.sh says how a rail is selected).
 # Everything is built on the host first (debug profile). Prints every test's output, one
@@ -33,8 +33,8 @@ ABI_TESTS=(abi_sock abi_peer_failure abi_lifecycle)
 tests=(--test verbs_rxe)
 for t in "${ABI_TESTS[@]}"; do tests+=(--test "$t"); done
 # The .so the C-ABI tests load (target/debug/libnccl_net_ha.so, beside their deps/).
-if ! cargo build --lib >"$log.err" 2>&1 ||
-   ! cargo test --no-run "${tests[@]}" --message-format=json >"$log" 2>>"$log.err"; then
+if ! cargo build -p nccl-net-ha >"$log.err" 2>&1 ||
+   ! cargo test --no-run -p ha-core -p nccl-net-ha "${tests[@]}" --message-format=json >"$log" 2>>"$log.err"; then
   cat "$log.err"
   echo "verbs (Soft-RoCE): 0 passed, 1 failed (the tests did not build)"
   exit 1

@@ -95,7 +95,7 @@ perf() {
   return 0
 }
 
-# Iteration counts as ha-harness computes them (src/harness/bench.rs), except that perftest
+# Iteration counts as ha-harness computes them (crates/ha-harness/src/bench.rs), except that perftest
 # needs at least 5 where ha-harness takes at least 3.
 status=0
 for ((round = 1; round <= rounds; round++)); do

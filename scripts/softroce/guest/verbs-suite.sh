@@ -3,8 +3,8 @@
 #
 #   verbs-suite.sh FABRIC_BIN "ABI_BIN ABI_BIN ..." [TEST ARGS...]
 #
-# 1. FABRIC_BIN (tests/verbs_rxe.rs): the fabric on real verbs, both rails.
-# 2. Every ABI_BIN (tests/abi_*.rs: the C-ABI suite through the built .so) once per rail,
+# 1. FABRIC_BIN (crates/ha-core/tests/verbs_rxe/): the fabric on real verbs, both rails.
+# 2. Every ABI_BIN (crates/nccl-net-ha/tests/abi_*.rs: the C-ABI suite through the built .so) once per rail,
 #    with HA_NCCL_FABRIC=verbs and NCCL_IB_HCA naming exactly that rail's two ports; the
 #    receiver listens on one port and the sender connects from the other, so every byte
 #    crosses the rail's veth. Single path: HA_NCCL_ENABLE_BACKUP=0 (the failover drills

@@ -1,0 +1,929 @@
+//! Configuration: one declarative table of every `HA_NCCL_*` knob.
+//!
+//! [`PARAMS`] is the single source of truth: [`Config::from_lookup`] reads and validates every
+//! row, and [`markdown_table`] renders the README's configuration table from it.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// The value type of a knob, which decides how its text is parsed and validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// One of the listed words (matched case-insensitively).
+    Enum(&'static [&'static str]),
+    /// `0`/`1`/`true`/`false`/`yes`/`no` (case-insensitive).
+    Bool,
+    /// Decimal integer that fits in 32 bits.
+    U32,
+    /// Decimal integer that fits in 64 bits.
+    U64,
+    /// Decimal number of milliseconds.
+    Millis,
+    /// Byte count: a decimal number with an optional `K`/`M`/`G` (or `KiB`/`MiB`/`GiB`) suffix,
+    /// powers of 1024.
+    Bytes,
+    /// Comma-separated items, no empty items, no whitespace inside an item; `""` = empty list.
+    List,
+    /// Free text.
+    Str,
+}
+
+/// One knob: its environment variable, type, default (as text, parsed like a user value) and
+/// a one-line description.
+#[derive(Clone, Copy, Debug)]
+pub struct Param {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub default: &'static str,
+    pub doc: &'static str,
+    /// Inclusive bounds for numeric kinds (`U32`, `U64`, `Millis`, `Bytes`), in the kind's unit.
+    pub range: Option<(u64, u64)>,
+}
+
+/// Which fabric carries the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FabricKind {
+    /// Real InfiniBand / RoCE through ibverbs.
+    Verbs,
+    /// RC semantics emulated over TCP rails.
+    Sock,
+}
+
+impl FabricKind {
+    /// Every variant, in the order of [`FabricKind::NAMES`].
+    pub const ALL: [FabricKind; 2] = [FabricKind::Verbs, FabricKind::Sock];
+    /// The `HA_NCCL_FABRIC` spelling of each variant.
+    pub const NAMES: &'static [&'static str] = &["verbs", "sock"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FabricKind::Verbs => "verbs",
+            FabricKind::Sock => "sock",
+        }
+    }
+}
+
+impl std::fmt::Display for FabricKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
+
+pub const FABRIC: Param = Param {
+    name: "HA_NCCL_FABRIC",
+    kind: Kind::Enum(FabricKind::NAMES),
+    default: "verbs",
+    doc: "Fabric under the plugin: `verbs` for InfiniBand/RoCE NICs, `sock` to emulate RC queue pairs over TCP (hosts without RDMA, CI).",
+    range: None,
+};
+
+pub const SOCK_RAILS: Param = Param {
+    name: "HA_NCCL_SOCK_RAILS",
+    kind: Kind::List,
+    default: "",
+    doc: "`sock` fabric: interface names or IP addresses, one per rail (each rail is one device to NCCL); empty = the interface `NCCL_SOCKET_IFNAME` selects.",
+    range: None,
+};
+
+pub const SOCK_RETRY_MS: Param = Param {
+    name: "HA_NCCL_SOCK_RETRY_MS",
+    kind: Kind::Millis,
+    default: "500",
+    doc: "`sock` fabric: a rail with unacknowledged data and no ACK progress for this long fails its queue pairs with `RETRY_EXC_ERR`, triggering failover.",
+    range: Some((1, u64::MAX)),
+};
+
+pub const SOCK_SEGMENT: Param = Param {
+    name: "HA_NCCL_SOCK_SEGMENT",
+    kind: Kind::Bytes,
+    default: "1M",
+    doc: "`sock` fabric: largest chunk one RDMA operation is cut into on the wire.",
+    range: Some((4 * KIB, 64 * MIB)),
+};
+
+pub const TEST_MAX_POLL: Param = Param {
+    name: "HA_NCCL_TEST_MAX_POLL",
+    kind: Kind::U32,
+    default: "16",
+    doc: "Most completions one `test()` call drains before returning.",
+    range: Some((1, u32::MAX as u64)),
+};
+
+pub const PROGRESS_SPIN_US: Param = Param {
+    name: "HA_NCCL_PROGRESS_SPIN_US",
+    kind: Kind::U64,
+    default: "50",
+    doc: "Microseconds the progress thread keeps busy-polling after the last completion before it sleeps on its doorbell.",
+    range: None,
+};
+
+pub const HANDSHAKE_TIMEOUT_MS: Param = Param {
+    name: "HA_NCCL_HANDSHAKE_TIMEOUT_MS",
+    kind: Kind::Millis,
+    default: "30000",
+    doc: "An out-of-band connection handshake that has not completed after this long is dropped.",
+    range: Some((1, u64::MAX)),
+};
+
+pub const KEEPALIVE_MS: Param = Param {
+    name: "HA_NCCL_KEEPALIVE_MS",
+    kind: Kind::Millis,
+    default: "1000",
+    doc: "A connection waiting this long for its peer (a send with no posted receive, a receive with no data) probes the peer with a zero-length RDMA write, so a dead peer fails the request instead of hanging it.",
+    range: Some((1, u64::MAX)),
+};
+
+pub const ENABLE_BACKUP: Param = Param {
+    name: "HA_NCCL_ENABLE_BACKUP",
+    kind: Kind::Bool,
+    default: "1",
+    doc: "Give every connection a standby path on a second device (rail); 0 = one path per connection.",
+    range: None,
+};
+
+pub const STANDBY_MAP: Param = Param {
+    name: "HA_NCCL_STANDBY_MAP",
+    kind: Kind::Str,
+    default: "",
+    doc: "Standby device per primary device, `primary:standby` pairs separated by commas (e.g. `0:1,1:0`); empty = the nearest other device of the same link layer by PCI path.",
+    range: None,
+};
+
+pub const RTO_MS: Param = Param {
+    name: "HA_NCCL_RTO_MS",
+    kind: Kind::Millis,
+    default: "1000",
+    doc: "Soft timeout: a work request on the active path with no completion for this long fails the path over. Keep it above the fabric's own retry window (`HA_NCCL_SOCK_RETRY_MS`, QP timeout x retries).",
+    range: Some((1, u64::MAX)),
+};
+
+pub const HEARTBEAT_MS: Param = Param {
+    name: "HA_NCCL_HEARTBEAT_MS",
+    kind: Kind::Millis,
+    default: "1000",
+    doc: "Interval of the zero-length probe writes that check an idle standby path.",
+    range: Some((1, u64::MAX)),
+};
+
+pub const FAILBACK: Param = Param {
+    name: "HA_NCCL_FAILBACK",
+    kind: Kind::Bool,
+    default: "1",
+    doc: "After a failover, rebuild a queue pair on the failed device once it works again and make it the new standby (redundancy restored); 0 = stay on one path.",
+    range: None,
+};
+
+pub const REARM_HOLD_MS: Param = Param {
+    name: "HA_NCCL_REARM_HOLD_MS",
+    kind: Kind::Millis,
+    default: "2000",
+    doc: "Hold-down between a path failure and each attempt to re-arm it, so a flapping link cannot cause a failover storm.",
+    range: Some((1, u64::MAX)),
+};
+
+pub const MR_POLICY: Param = Param {
+    name: "HA_NCCL_MR_POLICY",
+    kind: Kind::Enum(&["lazy", "eager"]),
+    default: "lazy",
+    doc: "When buffers are registered on the standby device: `lazy` = at the first failover that needs them, `eager` = at `regMr`.",
+    range: None,
+};
+
+pub const STATS_FILE: Param = Param {
+    name: "HA_NCCL_STATS_FILE",
+    kind: Kind::Str,
+    default: "",
+    doc: "If set, one JSON line of per-connection statistics (bytes and work requests per path, failovers, replays, duplicates dropped, re-arms) is appended here when each connection closes.",
+    range: None,
+};
+
+pub const QP_TIMEOUT: Param = Param {
+    name: "HA_NCCL_QP_TIMEOUT",
+    kind: Kind::U32,
+    default: "14",
+    doc: "`verbs`: RC local ACK timeout exponent (4.096 us x 2^n; 14 = 67 ms). With `HA_NCCL_QP_RETRY_CNT` it sets how fast a dead link fails a queue pair.",
+    range: Some((1, 31)),
+};
+
+pub const QP_RETRY_CNT: Param = Param {
+    name: "HA_NCCL_QP_RETRY_CNT",
+    kind: Kind::U32,
+    default: "7",
+    doc: "`verbs`: RC transport retries before `RETRY_EXC_ERR` (0..7). Soft-RoCE (rxe) treats 7 as infinite: use 6 or less there.",
+    range: Some((0, 7)),
+};
+
+/// Every knob, in documentation order.
+pub const PARAMS: &[Param] = &[
+    FABRIC,
+    SOCK_RAILS,
+    SOCK_RETRY_MS,
+    SOCK_SEGMENT,
+    TEST_MAX_POLL,
+    PROGRESS_SPIN_US,
+    HANDSHAKE_TIMEOUT_MS,
+    KEEPALIVE_MS,
+    ENABLE_BACKUP,
+    STANDBY_MAP,
+    RTO_MS,
+    HEARTBEAT_MS,
+    FAILBACK,
+    REARM_HOLD_MS,
+    MR_POLICY,
+    STATS_FILE,
+    QP_TIMEOUT,
+    QP_RETRY_CNT,
+];
+
+/// Every knob's typed value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `HA_NCCL_FABRIC`.
+    pub fabric: FabricKind,
+    /// `HA_NCCL_SOCK_RAILS` (empty = use the `NCCL_SOCKET_IFNAME` interface).
+    pub sock_rails: Vec<String>,
+    /// `HA_NCCL_SOCK_RETRY_MS`.
+    pub sock_retry: Duration,
+    /// `HA_NCCL_SOCK_SEGMENT`, in bytes.
+    pub sock_segment: usize,
+    /// `HA_NCCL_TEST_MAX_POLL`.
+    pub test_max_poll: u32,
+    /// `HA_NCCL_PROGRESS_SPIN_US`.
+    pub progress_spin: Duration,
+    /// `HA_NCCL_HANDSHAKE_TIMEOUT_MS`.
+    pub handshake_timeout: Duration,
+    /// `HA_NCCL_KEEPALIVE_MS`.
+    pub keepalive: Duration,
+    /// `HA_NCCL_ENABLE_BACKUP`.
+    pub enable_backup: bool,
+    /// `HA_NCCL_STANDBY_MAP`, raw (parsed against the device count by the transport).
+    pub standby_map: String,
+    /// `HA_NCCL_RTO_MS`.
+    pub rto: Duration,
+    /// `HA_NCCL_HEARTBEAT_MS`.
+    pub heartbeat: Duration,
+    /// `HA_NCCL_FAILBACK`.
+    pub failback: bool,
+    /// `HA_NCCL_REARM_HOLD_MS`.
+    pub rearm_hold: Duration,
+    /// `HA_NCCL_MR_POLICY` is `eager`.
+    pub mr_eager: bool,
+    /// `HA_NCCL_STATS_FILE` (empty = none).
+    pub stats_file: String,
+    /// `HA_NCCL_QP_TIMEOUT`.
+    pub qp_timeout: u8,
+    /// `HA_NCCL_QP_RETRY_CNT`.
+    pub qp_retry_cnt: u8,
+}
+
+/// A knob whose value cannot be used. Each message names the variable, the offending value
+/// and what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{name}={value:?} is not one of {accepted}")]
+    NotOneOf {
+        name: &'static str,
+        value: String,
+        accepted: String,
+    },
+    #[error("{name}={value:?} is not {expected}")]
+    Malformed {
+        name: &'static str,
+        value: String,
+        expected: String,
+    },
+    #[error("{name}={value:?} is out of range: accepted {accepted}")]
+    OutOfRange {
+        name: &'static str,
+        value: String,
+        accepted: String,
+    },
+    #[error("{name} is set but empty; expected {expected}")]
+    Empty {
+        name: &'static str,
+        expected: String,
+    },
+}
+
+impl ConfigError {
+    /// The variable the error is about.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ConfigError::NotOneOf { name, .. }
+            | ConfigError::Malformed { name, .. }
+            | ConfigError::OutOfRange { name, .. }
+            | ConfigError::Empty { name, .. } => name,
+        }
+    }
+}
+
+impl Default for Config {
+    /// Every knob at its default.
+    fn default() -> Config {
+        Config::from_lookup(|_| None).expect("PARAMS defaults are valid (unit-tested)")
+    }
+}
+
+impl Config {
+    /// Read every knob from the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// Read every knob through `get` (`None` = unset, which selects the default).
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let text = |p: &Param| get(p.name).unwrap_or_else(|| p.default.to_string());
+        let fabric_idx = parse_enum(&FABRIC, &text(&FABRIC))?;
+        Ok(Config {
+            fabric: FabricKind::ALL[fabric_idx],
+            sock_rails: parse_list(&SOCK_RAILS, &text(&SOCK_RAILS))?,
+            sock_retry: Duration::from_millis(parse_number(&SOCK_RETRY_MS, &text(&SOCK_RETRY_MS))?),
+            sock_segment: usize::try_from(parse_number(&SOCK_SEGMENT, &text(&SOCK_SEGMENT))?)
+                .map_err(|_| out_of_range(&SOCK_SEGMENT, &text(&SOCK_SEGMENT)))?,
+            test_max_poll: u32::try_from(parse_number(&TEST_MAX_POLL, &text(&TEST_MAX_POLL))?)
+                .map_err(|_| out_of_range(&TEST_MAX_POLL, &text(&TEST_MAX_POLL)))?,
+            progress_spin: Duration::from_micros(parse_number(
+                &PROGRESS_SPIN_US,
+                &text(&PROGRESS_SPIN_US),
+            )?),
+            handshake_timeout: Duration::from_millis(parse_number(
+                &HANDSHAKE_TIMEOUT_MS,
+                &text(&HANDSHAKE_TIMEOUT_MS),
+            )?),
+            keepalive: Duration::from_millis(parse_number(&KEEPALIVE_MS, &text(&KEEPALIVE_MS))?),
+            enable_backup: parse_bool(&ENABLE_BACKUP, &text(&ENABLE_BACKUP))?,
+            standby_map: text(&STANDBY_MAP).trim().to_string(),
+            rto: Duration::from_millis(parse_number(&RTO_MS, &text(&RTO_MS))?),
+            heartbeat: Duration::from_millis(parse_number(&HEARTBEAT_MS, &text(&HEARTBEAT_MS))?),
+            failback: parse_bool(&FAILBACK, &text(&FAILBACK))?,
+            rearm_hold: Duration::from_millis(parse_number(&REARM_HOLD_MS, &text(&REARM_HOLD_MS))?),
+            mr_eager: parse_enum(&MR_POLICY, &text(&MR_POLICY))? == 1,
+            stats_file: text(&STATS_FILE).trim().to_string(),
+            qp_timeout: parse_number(&QP_TIMEOUT, &text(&QP_TIMEOUT))? as u8,
+            qp_retry_cnt: parse_number(&QP_RETRY_CNT, &text(&QP_RETRY_CNT))? as u8,
+        })
+    }
+}
+
+/// Check `value` against `p`'s kind and range without building a [`Config`].
+pub fn validate(p: &Param, value: &str) -> Result<(), ConfigError> {
+    match p.kind {
+        Kind::Enum(_) => parse_enum(p, value).map(drop),
+        Kind::Bool => parse_bool(p, value).map(drop),
+        Kind::U32 | Kind::U64 | Kind::Millis | Kind::Bytes => parse_number(p, value).map(drop),
+        Kind::List => parse_list(p, value).map(drop),
+        Kind::Str => Ok(()),
+    }
+}
+
+/// What a kind accepts, in words (used in error messages and the README table).
+fn describe_kind(kind: Kind) -> String {
+    match kind {
+        Kind::Enum(choices) => format!("one of {}", choices.join("|")),
+        Kind::Bool => "a boolean (0/1/true/false/yes/no)".into(),
+        Kind::U32 => "an unsigned 32-bit integer".into(),
+        Kind::U64 => "an unsigned 64-bit integer".into(),
+        Kind::Millis => "a whole number of milliseconds".into(),
+        Kind::Bytes => "a byte count (plain number or with a K/M/G suffix, 1K = 1024)".into(),
+        Kind::List => "a comma-separated list without empty items".into(),
+        Kind::Str => "text".into(),
+    }
+}
+
+/// Accepted values of a numeric kind in its own notation (`4K..=64M`, `>= 1`); `range`
+/// `None` means the whole type.
+fn describe_range(kind: Kind, range: Option<(u64, u64)>) -> String {
+    let fmt = |v: u64| match kind {
+        Kind::Bytes => format_bytes(v),
+        _ => v.to_string(),
+    };
+    let type_max = match kind {
+        Kind::U32 => u32::MAX as u64,
+        _ => u64::MAX,
+    };
+    let (lo, hi) = range.unwrap_or((0, type_max));
+    if hi == u64::MAX {
+        format!(">= {}", fmt(lo))
+    } else {
+        format!("{}..={}", fmt(lo), fmt(hi))
+    }
+}
+
+/// Shortest exact rendering of a byte count with a K/M/G suffix.
+fn format_bytes(v: u64) -> String {
+    for (unit, suffix) in [(GIB, "G"), (MIB, "M"), (KIB, "K")] {
+        if v != 0 && v % unit == 0 {
+            return format!("{}{suffix}", v / unit);
+        }
+    }
+    v.to_string()
+}
+
+fn out_of_range(p: &Param, value: &str) -> ConfigError {
+    ConfigError::OutOfRange {
+        name: p.name,
+        value: value.to_string(),
+        accepted: describe_range(p.kind, p.range),
+    }
+}
+
+fn malformed(p: &Param, value: &str) -> ConfigError {
+    ConfigError::Malformed {
+        name: p.name,
+        value: value.to_string(),
+        expected: describe_kind(p.kind),
+    }
+}
+
+fn non_empty<'a>(p: &Param, value: &'a str) -> Result<&'a str, ConfigError> {
+    let v = value.trim();
+    if v.is_empty() {
+        Err(ConfigError::Empty {
+            name: p.name,
+            expected: describe_kind(p.kind),
+        })
+    } else {
+        Ok(v)
+    }
+}
+
+fn parse_enum(p: &Param, value: &str) -> Result<usize, ConfigError> {
+    let choices = match p.kind {
+        Kind::Enum(c) => c,
+        _ => &[],
+    };
+    let v = non_empty(p, value)?;
+    choices
+        .iter()
+        .position(|c| c.eq_ignore_ascii_case(v))
+        .ok_or_else(|| ConfigError::NotOneOf {
+            name: p.name,
+            value: value.to_string(),
+            accepted: choices.join("|"),
+        })
+}
+
+fn parse_bool(p: &Param, value: &str) -> Result<bool, ConfigError> {
+    let v = non_empty(p, value)?.to_ascii_lowercase();
+    match v.as_str() {
+        "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" => Ok(false),
+        _ => Err(ConfigError::NotOneOf {
+            name: p.name,
+            value: value.to_string(),
+            accepted: "0|1|true|false|yes|no".into(),
+        }),
+    }
+}
+
+/// Numeric kinds: digits (plus a binary suffix for `Bytes`), then the range check.
+fn parse_number(p: &Param, value: &str) -> Result<u64, ConfigError> {
+    let v = non_empty(p, value)?;
+    let (digits, mult) = if p.kind == Kind::Bytes {
+        split_byte_suffix(v).ok_or_else(|| malformed(p, value))?
+    } else {
+        (v, 1)
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(malformed(p, value));
+    }
+    let type_max = if p.kind == Kind::U32 {
+        u32::MAX as u64
+    } else {
+        u64::MAX
+    };
+    let n = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&n| n <= type_max)
+        .ok_or_else(|| out_of_range(p, value))?;
+    match p.range {
+        Some((lo, hi)) if n < lo || n > hi => Err(out_of_range(p, value)),
+        _ => Ok(n),
+    }
+}
+
+/// Split `"64K"` into `("64", 1024)`; `None` for an unknown suffix.
+fn split_byte_suffix(v: &str) -> Option<(&str, u64)> {
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, suffix) = v.split_at(split);
+    let mult = match suffix.trim_start().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => KIB,
+        "m" | "mib" => MIB,
+        "g" | "gib" => GIB,
+        _ => return None,
+    };
+    Some((digits, mult))
+}
+
+fn parse_list(p: &Param, value: &str) -> Result<Vec<String>, ConfigError> {
+    if value.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    value
+        .split(',')
+        .map(|item| {
+            let item = item.trim();
+            if item.is_empty() || item.chars().any(char::is_whitespace) {
+                Err(malformed(p, value))
+            } else {
+                Ok(item.to_string())
+            }
+        })
+        .collect()
+}
+
+/// The README's configuration table (`| Variable | Type | Default | Meaning |`), one row per
+/// [`PARAMS`] entry, ending with a newline.
+pub fn markdown_table() -> String {
+    let mut out =
+        String::from("| Variable | Type | Default | Meaning |\n| --- | --- | --- | --- |\n");
+    for p in PARAMS {
+        let ty = match p.kind {
+            Kind::Enum(choices) => choices
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Kind::Bool => "bool".into(),
+            Kind::U32 => "integer (u32)".into(),
+            Kind::U64 => "integer (u64)".into(),
+            Kind::Millis => "milliseconds".into(),
+            Kind::Bytes => "bytes (K/M/G suffix = KiB/MiB/GiB)".into(),
+            Kind::List => "comma-separated list".into(),
+            Kind::Str => "string".into(),
+        };
+        let ty = match p.range {
+            Some(_) => format!("{ty}, {}", describe_range(p.kind, p.range)),
+            None => ty,
+        };
+        let default = if p.default.is_empty() {
+            "*(empty)*".to_string()
+        } else {
+            format!("`{}`", p.default)
+        };
+        let _ = writeln!(out, "| `{}` | {ty} | {default} | {} |", p.name, p.doc);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::{BTreeSet, HashMap};
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    fn err_for(name: &str, value: &str) -> ConfigError {
+        with(&[(name, value)]).expect_err(&format!("{name}={value:?} must be rejected"))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::default();
+        assert_eq!(c.fabric, FabricKind::Verbs);
+        assert!(c.sock_rails.is_empty());
+        assert_eq!(c.sock_retry, Duration::from_millis(500));
+        assert!(c.enable_backup && c.failback && !c.mr_eager);
+        assert_eq!(c.rto, Duration::from_millis(1000));
+        assert_eq!(c.sock_segment, 1 << 20);
+        assert_eq!(c.test_max_poll, 16);
+        assert_eq!(c.progress_spin, Duration::from_micros(50));
+        assert_eq!(c.handshake_timeout, Duration::from_millis(30_000));
+        assert_eq!(c.keepalive, Duration::from_millis(1000));
+        for p in PARAMS {
+            validate(p, p.default)
+                .unwrap_or_else(|e| panic!("default of {} is invalid: {e}", p.name));
+        }
+    }
+
+    #[test]
+    fn fabric_names_match_variants() {
+        for (i, f) in FabricKind::ALL.iter().enumerate() {
+            assert_eq!(FabricKind::NAMES[i], f.name());
+        }
+        assert_eq!(FabricKind::NAMES.len(), FabricKind::ALL.len());
+    }
+
+    #[test]
+    fn enum_parse() {
+        assert_eq!(
+            with(&[("HA_NCCL_FABRIC", "sock")]).unwrap().fabric,
+            FabricKind::Sock
+        );
+        assert_eq!(
+            with(&[("HA_NCCL_FABRIC", " VERBS ")]).unwrap().fabric,
+            FabricKind::Verbs
+        );
+        let e = err_for("HA_NCCL_FABRIC", "rdma");
+        assert_eq!(
+            e.to_string(),
+            r#"HA_NCCL_FABRIC="rdma" is not one of verbs|sock"#
+        );
+        assert!(matches!(
+            err_for("HA_NCCL_FABRIC", ""),
+            ConfigError::Empty { .. }
+        ));
+    }
+
+    #[test]
+    fn bool_parse() {
+        let p = Param {
+            name: "HA_NCCL_TEST_BOOL",
+            kind: Kind::Bool,
+            default: "0",
+            doc: "",
+            range: None,
+        };
+        for (s, v) in [
+            ("1", true),
+            ("true", true),
+            ("YES", true),
+            ("0", false),
+            ("False", false),
+            ("no", false),
+        ] {
+            assert_eq!(parse_bool(&p, s).unwrap(), v, "{s}");
+        }
+        let e = parse_bool(&p, "maybe").unwrap_err();
+        assert_eq!(e.name(), "HA_NCCL_TEST_BOOL");
+        assert!(e.to_string().contains("\"maybe\""), "{e}");
+        assert!(e.to_string().contains("yes|no"), "{e}");
+        assert!(matches!(
+            parse_bool(&p, " "),
+            Err(ConfigError::Empty { .. })
+        ));
+        assert!(validate(&p, "2").is_err());
+    }
+
+    #[test]
+    fn u32_parse_and_range() {
+        assert_eq!(
+            with(&[("HA_NCCL_TEST_MAX_POLL", "1")])
+                .unwrap()
+                .test_max_poll,
+            1
+        );
+        assert_eq!(
+            with(&[("HA_NCCL_TEST_MAX_POLL", "4294967295")])
+                .unwrap()
+                .test_max_poll,
+            u32::MAX
+        );
+        let e = err_for("HA_NCCL_TEST_MAX_POLL", "0");
+        assert!(matches!(e, ConfigError::OutOfRange { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            r#"HA_NCCL_TEST_MAX_POLL="0" is out of range: accepted 1..=4294967295"#
+        );
+        assert!(matches!(
+            err_for("HA_NCCL_TEST_MAX_POLL", "4294967296"),
+            ConfigError::OutOfRange { .. }
+        ));
+        for bad in ["-1", "1.5", "ten", "0x10", "16K"] {
+            let e = err_for("HA_NCCL_TEST_MAX_POLL", bad);
+            assert!(matches!(e, ConfigError::Malformed { .. }), "{bad}: {e:?}");
+            assert!(e.to_string().starts_with("HA_NCCL_TEST_MAX_POLL="), "{e}");
+        }
+    }
+
+    #[test]
+    fn u64_parse() {
+        assert_eq!(
+            with(&[("HA_NCCL_PROGRESS_SPIN_US", "0")])
+                .unwrap()
+                .progress_spin,
+            Duration::ZERO
+        );
+        assert_eq!(
+            with(&[("HA_NCCL_PROGRESS_SPIN_US", "1000000")])
+                .unwrap()
+                .progress_spin,
+            Duration::from_secs(1)
+        );
+        assert!(matches!(
+            err_for("HA_NCCL_PROGRESS_SPIN_US", "99999999999999999999"),
+            ConfigError::OutOfRange { .. }
+        ));
+        assert!(matches!(
+            err_for("HA_NCCL_PROGRESS_SPIN_US", "5us"),
+            ConfigError::Malformed { .. }
+        ));
+    }
+
+    #[test]
+    fn millis_parse() {
+        let c = with(&[
+            ("HA_NCCL_SOCK_RETRY_MS", "250"),
+            ("HA_NCCL_HANDSHAKE_TIMEOUT_MS", " 1 "),
+        ])
+        .unwrap();
+        assert_eq!(c.sock_retry, Duration::from_millis(250));
+        assert_eq!(c.handshake_timeout, Duration::from_millis(1));
+        let e = err_for("HA_NCCL_SOCK_RETRY_MS", "0");
+        assert!(matches!(e, ConfigError::OutOfRange { .. }));
+        assert_eq!(e.name(), "HA_NCCL_SOCK_RETRY_MS");
+        let e = err_for("HA_NCCL_HANDSHAKE_TIMEOUT_MS", "2s");
+        assert_eq!(
+            e.to_string(),
+            r#"HA_NCCL_HANDSHAKE_TIMEOUT_MS="2s" is not a whole number of milliseconds"#
+        );
+    }
+
+    #[test]
+    fn bytes_parse_suffixes_and_range() {
+        let seg = |v: &str| with(&[("HA_NCCL_SOCK_SEGMENT", v)]).map(|c| c.sock_segment);
+        assert_eq!(seg("4096").unwrap(), 4096);
+        assert_eq!(seg("4K").unwrap(), 4096);
+        assert_eq!(seg("64k").unwrap(), 65536);
+        assert_eq!(seg("2M").unwrap(), 2 << 20);
+        assert_eq!(seg("2MiB").unwrap(), 2 << 20);
+        assert_eq!(seg("64M").unwrap(), 64 << 20);
+        let e = seg("1G").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"HA_NCCL_SOCK_SEGMENT="1G" is out of range: accepted 4K..=64M"#
+        );
+        assert!(matches!(seg("4095"), Err(ConfigError::OutOfRange { .. })));
+        assert!(matches!(seg("65537K"), Err(ConfigError::OutOfRange { .. })));
+        assert!(matches!(
+            seg("99999999999999999G"),
+            Err(ConfigError::OutOfRange { .. })
+        ));
+        for bad in ["1T", "M", "1.5M", "-4K", "4 K B", "K4"] {
+            let e = seg(bad).unwrap_err();
+            assert!(matches!(e, ConfigError::Malformed { .. }), "{bad}: {e:?}");
+            assert_eq!(e.name(), "HA_NCCL_SOCK_SEGMENT");
+        }
+    }
+
+    #[test]
+    fn list_parse() {
+        let rails = |v: &str| with(&[("HA_NCCL_SOCK_RAILS", v)]).map(|c| c.sock_rails);
+        assert_eq!(rails("").unwrap(), Vec::<String>::new());
+        assert_eq!(rails("eth0").unwrap(), vec!["eth0"]);
+        assert_eq!(
+            rails(" eth0 , 10.0.0.2,fe80::1 ").unwrap(),
+            vec!["eth0", "10.0.0.2", "fe80::1"]
+        );
+        for bad in ["eth0,,eth1", "eth0,", "et h0"] {
+            let e = rails(bad).unwrap_err();
+            assert!(matches!(e, ConfigError::Malformed { .. }), "{bad}: {e:?}");
+            assert!(
+                e.to_string().starts_with("HA_NCCL_SOCK_RAILS="),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_param_is_read_by_from_lookup() {
+        let asked = RefCell::new(BTreeSet::new());
+        Config::from_lookup(|k| {
+            asked.borrow_mut().insert(k.to_string());
+            None
+        })
+        .unwrap();
+        let names: BTreeSet<String> = PARAMS.iter().map(|p| p.name.to_string()).collect();
+        assert_eq!(asked.into_inner(), names);
+    }
+
+    #[test]
+    fn garbage_in_each_param_is_reported_under_its_name() {
+        let mut checked = 0;
+        for p in PARAMS {
+            let garbage = match p.kind {
+                Kind::Enum(_) | Kind::Bool | Kind::U32 | Kind::U64 | Kind::Millis | Kind::Bytes => {
+                    "garbage"
+                }
+                Kind::List => "a,,b",
+                Kind::Str => continue, // any text is valid
+            };
+            let e = err_for(p.name, garbage);
+            assert_eq!(e.name(), p.name);
+            assert!(
+                e.to_string().starts_with(&format!("{}=", p.name)),
+                "{}: {e}",
+                p.name
+            );
+            checked += 1;
+        }
+        let free_text = PARAMS
+            .iter()
+            .filter(|p| matches!(p.kind, Kind::Str))
+            .count();
+        assert_eq!(checked + free_text, PARAMS.len());
+    }
+
+    #[test]
+    fn every_config_field_is_backed_by_a_param() {
+        // A non-default value for every PARAMS row, and where it must show up in Config.
+        // Destructuring Config exhaustively makes adding a field without a row a compile error.
+        let c = with(&[
+            ("HA_NCCL_FABRIC", "sock"),
+            ("HA_NCCL_SOCK_RAILS", "lo"),
+            ("HA_NCCL_SOCK_RETRY_MS", "7"),
+            ("HA_NCCL_SOCK_SEGMENT", "8K"),
+            ("HA_NCCL_TEST_MAX_POLL", "3"),
+            ("HA_NCCL_PROGRESS_SPIN_US", "9"),
+            ("HA_NCCL_HANDSHAKE_TIMEOUT_MS", "11"),
+            ("HA_NCCL_KEEPALIVE_MS", "13"),
+            ("HA_NCCL_ENABLE_BACKUP", "0"),
+            ("HA_NCCL_STANDBY_MAP", "0:1"),
+            ("HA_NCCL_RTO_MS", "17"),
+            ("HA_NCCL_HEARTBEAT_MS", "19"),
+            ("HA_NCCL_FAILBACK", "no"),
+            ("HA_NCCL_REARM_HOLD_MS", "23"),
+            ("HA_NCCL_MR_POLICY", "eager"),
+            ("HA_NCCL_STATS_FILE", "/tmp/s.json"),
+            ("HA_NCCL_QP_TIMEOUT", "12"),
+            ("HA_NCCL_QP_RETRY_CNT", "3"),
+        ])
+        .unwrap();
+        let Config {
+            fabric,
+            sock_rails,
+            sock_retry,
+            sock_segment,
+            test_max_poll,
+            progress_spin,
+            handshake_timeout,
+            keepalive,
+            enable_backup,
+            standby_map,
+            rto,
+            heartbeat,
+            failback,
+            rearm_hold,
+            mr_eager,
+            stats_file,
+            qp_timeout,
+            qp_retry_cnt,
+        } = c;
+        assert_eq!(fabric, FabricKind::Sock);
+        assert_eq!(sock_rails, vec!["lo"]);
+        assert_eq!(sock_retry, Duration::from_millis(7));
+        assert_eq!(sock_segment, 8192);
+        assert_eq!(test_max_poll, 3);
+        assert_eq!(progress_spin, Duration::from_micros(9));
+        assert_eq!(handshake_timeout, Duration::from_millis(11));
+        assert_eq!(keepalive, Duration::from_millis(13));
+        assert!(!enable_backup && !failback && mr_eager);
+        assert_eq!(standby_map, "0:1");
+        assert_eq!(rto, Duration::from_millis(17));
+        assert_eq!(heartbeat, Duration::from_millis(19));
+        assert_eq!(rearm_hold, Duration::from_millis(23));
+        assert_eq!(stats_file, "/tmp/s.json");
+        assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
+        assert_eq!(PARAMS.len(), 18, "one PARAMS row per Config field");
+    }
+
+    #[test]
+    fn params_are_well_formed() {
+        let mut seen = BTreeSet::new();
+        for p in PARAMS {
+            assert!(seen.insert(p.name), "duplicate {}", p.name);
+            assert!(p.name.starts_with("HA_NCCL_"), "{}", p.name);
+            assert!(!p.doc.is_empty() && !p.doc.contains('|') && !p.doc.contains('\n'));
+            if p.range.is_some() {
+                assert!(matches!(
+                    p.kind,
+                    Kind::U32 | Kind::U64 | Kind::Millis | Kind::Bytes
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn markdown_table_has_one_row_per_param() {
+        let t = markdown_table();
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "| Variable | Type | Default | Meaning |");
+        assert_eq!(lines[1], "| --- | --- | --- | --- |");
+        assert_eq!(lines.len(), 2 + PARAMS.len());
+        for (line, p) in lines[2..].iter().zip(PARAMS) {
+            assert!(line.starts_with(&format!("| `{}` |", p.name)), "{line}");
+            assert!(line.ends_with(&format!("| {} |", p.doc)), "{line}");
+            // Four cells: five unescaped pipes.
+            assert_eq!(line.matches('|').count(), 5, "{line}");
+        }
+        assert!(t.contains(
+            "| `HA_NCCL_SOCK_SEGMENT` | bytes (K/M/G suffix = KiB/MiB/GiB), 4K..=64M | `1M` |"
+        ));
+        assert!(t.contains("| `HA_NCCL_FABRIC` | `verbs`, `sock` | `verbs` |"));
+        assert!(t.ends_with('\n'));
+    }
+}

@@ -1,0 +1,246 @@
+//! Routing table of the progress thread: which completion queues to poll, and which inbox
+//! each queue pair's completions go to. Consumers poll through it too ([`Inbox::pop`]); one
+//! poller at a time, so each queue pair's completions reach its inbox in queue order.
+
+use super::inbox::{Inbox, Poller};
+use crate::fabric::{Completion, CompletionQueue, Doorbell};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub struct Router {
+    cqs: RwLock<Vec<(u64, Arc<dyn CompletionQueue>)>>,
+    routes: RwLock<HashMap<(u64, u32), Arc<Inbox>>>,
+    pub doorbell: Arc<Doorbell>,
+    next_cq: AtomicU64,
+    /// Completions whose queue pair had no route (closed connection).
+    pub unrouted: AtomicU64,
+    /// Held while one thread polls and delivers; the poll buffer.
+    polling: Mutex<Vec<Completion>>,
+    /// Polls made by consumers ([`Router::try_poll_once`]): the progress thread's sign that
+    /// someone else watches the queues.
+    consumer_polls: AtomicU64,
+}
+
+impl Default for Router {
+    fn default() -> Self {
+        Router {
+            cqs: RwLock::new(Vec::new()),
+            routes: RwLock::new(HashMap::new()),
+            doorbell: Arc::new(Doorbell::new()),
+            next_cq: AtomicU64::new(1),
+            unrouted: AtomicU64::new(0),
+            polling: Mutex::new(Vec::with_capacity(64)),
+            consumer_polls: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Router {
+    pub fn add_cq(&self, cq: Arc<dyn CompletionQueue>) -> u64 {
+        let id = self.next_cq.fetch_add(1, Ordering::Relaxed);
+        self.cqs.write().push((id, cq));
+        id
+    }
+
+    pub fn remove_cq(&self, id: u64) {
+        self.cqs.write().retain(|(i, _)| *i != id);
+        self.routes.write().retain(|(c, _), _| *c != id);
+    }
+
+    pub fn add_route(&self, cq: u64, qpn: u32, inbox: Arc<Inbox>) {
+        self.routes.write().insert((cq, qpn), inbox);
+    }
+
+    pub fn remove_route(&self, cq: u64, qpn: u32) {
+        self.routes.write().remove(&(cq, qpn));
+    }
+
+    /// Poll every queue once and deliver (after any other poller finished); returns how
+    /// many completions moved.
+    pub fn poll_once(&self, batch: usize) -> usize {
+        self.poll_locked(&mut self.polling.lock(), batch)
+    }
+
+    /// How many consumer polls there have been (it grows while some `test()` loop runs).
+    pub fn consumer_polls(&self) -> u64 {
+        self.consumer_polls.load(Ordering::Relaxed)
+    }
+
+    fn poll_locked(&self, buf: &mut Vec<Completion>, batch: usize) -> usize {
+        let mut moved = 0;
+        let cqs = self.cqs.read();
+        for (id, cq) in cqs.iter() {
+            buf.clear();
+            // A failing poll leaves the queue's connections to notice through their QPs.
+            let n = cq.poll(buf, batch).unwrap_or(0);
+            if n == 0 {
+                continue;
+            }
+            moved += n;
+            let routes = self.routes.read();
+            for c in buf.drain(..) {
+                match routes.get(&(*id, c.qp_num)) {
+                    Some(inbox) => inbox.push(c),
+                    None => {
+                        self.unrouted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        moved
+    }
+}
+
+impl Poller for Router {
+    /// As [`Router::poll_once`], unless another thread is polling right now (0 then: that
+    /// thread delivers whatever is there). Counted as a consumer poll.
+    fn try_poll_once(&self, batch: usize) -> usize {
+        match self.polling.try_lock() {
+            Some(mut buf) => {
+                self.consumer_polls.fetch_add(1, Ordering::Relaxed);
+                self.poll_locked(&mut buf, batch)
+            }
+            None => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::{Result, WcOpcode, WcStatus};
+    use std::collections::VecDeque;
+    use std::time::{Duration, Instant};
+
+    /// A completion queue the test fills by hand.
+    #[derive(Default)]
+    struct FakeCq(Mutex<VecDeque<Completion>>);
+
+    impl CompletionQueue for FakeCq {
+        fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize> {
+            let mut q = self.0.lock();
+            let n = max.min(q.len());
+            out.extend(q.drain(..n));
+            Ok(n)
+        }
+    }
+
+    fn comp(qp_num: u32, wr_id: u64) -> Completion {
+        Completion {
+            wr_id,
+            qp_num,
+            status: WcStatus::Success,
+            opcode: WcOpcode::RdmaWrite,
+            byte_len: 0,
+            imm: None,
+        }
+    }
+
+    fn setup() -> (Arc<Router>, Arc<FakeCq>, u64) {
+        let router = Arc::new(Router::default());
+        let cq = Arc::new(FakeCq::default());
+        let id = router.add_cq(cq.clone());
+        (router, cq, id)
+    }
+
+    #[test]
+    fn an_empty_inbox_polls_the_queues_itself() {
+        let (router, cq, id) = setup();
+        let a = Arc::new(Inbox::polled_by(&router));
+        let b = Arc::new(Inbox::polled_by(&router));
+        let plain = Arc::new(Inbox::new());
+        router.add_route(id, 1, a.clone());
+        router.add_route(id, 2, b.clone());
+        router.add_route(id, 3, plain.clone());
+        cq.0.lock()
+            .extend([comp(1, 10), comp(2, 20), comp(1, 11), comp(3, 30)]);
+        // One poll from a's consumer delivers everything, to every inbox.
+        assert_eq!(a.pop().map(|c| c.wr_id), Some(10));
+        assert_eq!((a.len(), b.len(), plain.len()), (1, 1, 1));
+        assert_eq!(a.pop().map(|c| c.wr_id), Some(11));
+        assert_eq!(a.pop(), None);
+        assert_eq!(b.pop().map(|c| c.wr_id), Some(20));
+        assert_eq!(plain.pop().map(|c| c.wr_id), Some(30));
+        // An inbox without a poller waits for the progress thread.
+        cq.0.lock().push_back(comp(3, 31));
+        assert_eq!(plain.pop(), None);
+        assert_eq!(router.poll_once(64), 1);
+        assert_eq!(plain.pop().map(|c| c.wr_id), Some(31));
+    }
+
+    #[test]
+    fn a_consumer_steps_aside_while_another_thread_polls() {
+        let (router, cq, id) = setup();
+        let a = Arc::new(Inbox::polled_by(&router));
+        router.add_route(id, 1, a.clone());
+        cq.0.lock().push_back(comp(1, 1));
+        {
+            let _busy = router.polling.lock();
+            assert_eq!(router.try_poll_once(64), 0);
+            assert_eq!(a.pop(), None, "no second poller while one polls");
+        }
+        assert_eq!(
+            router.consumer_polls(),
+            0,
+            "a poll that stepped aside is no poll"
+        );
+        assert_eq!(a.pop().map(|c| c.wr_id), Some(1));
+        assert_eq!(router.consumer_polls(), 1);
+        router.poll_once(64);
+        assert_eq!(
+            router.consumer_polls(),
+            1,
+            "the progress thread is no consumer"
+        );
+        // A router that is gone is not polled (and not kept alive by its inboxes).
+        cq.0.lock().push_back(comp(1, 2));
+        drop(router);
+        assert_eq!(a.pop(), None);
+    }
+
+    #[test]
+    fn completions_keep_queue_order_with_two_pollers() {
+        let (router, cq, id) = setup();
+        let a = Arc::new(Inbox::polled_by(&router));
+        router.add_route(id, 1, a.clone());
+        const N: u64 = 20_000;
+        let done = std::sync::atomic::AtomicBool::new(false);
+        /// Stops the polling thread however the consumer ends (a failed assertion included).
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        std::thread::scope(|s| {
+            // The "device": completions trickle in.
+            s.spawn(|| {
+                for i in 0..N {
+                    cq.0.lock().push_back(comp(1, i));
+                    if i % 64 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            // The "progress thread".
+            s.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    router.poll_once(7);
+                }
+            });
+            let _stop = Stop(&done);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut next = 0;
+            while next < N {
+                assert!(Instant::now() < deadline, "stuck at {next}");
+                if let Some(c) = a.pop() {
+                    assert_eq!(c.wr_id, next, "out of order");
+                    next += 1;
+                }
+            }
+        });
+        assert_eq!(a.pop(), None);
+    }
+}

@@ -1,0 +1,274 @@
+//! `sock` fabric: RC verbs semantics emulated over TCP rails.
+//!
+//! A rail is one interface/IP; each becomes a device `sock:<name>`. A protection domain owns
+//! a key table and a TCP listener on `<rail ip>:0`. A queue pair pair-up uses two TCP streams:
+//! A→B carries A's requests (WRITE segments, READ requests) and B's ACK/NAK/READ_RESP/
+//! keep-alive frames back; B→A the reverse. Each stream starts with a hello naming the target
+//! queue pair (qpn + nonce); the listener hands it over only on a match. Per queue pair there
+//! are up to three threads: the sender (connect + requests), the ack reader (completions,
+//! READ data, retry timer) and the responder (placement, ACKs, READ responses).
+//!
+//! # Placement order guarantees (the transport relies on these)
+//! - WRs of one queue pair are placed at the responder in posting order; a WRITE's segments
+//!   are placed in ascending address order, each segment as one copy from the socket.
+//! - When a WRITE (or WRITE_WITH_IMM) of at least 8 bytes ends on an 8-byte aligned address,
+//!   its last 8 bytes are stored LAST, with one `AtomicU64` store of `Release` ordering. A
+//!   reader that polls that word with `Acquire` and sees the new value sees the whole write
+//!   (and every earlier WR of that queue pair).
+//! - A WRITE_WITH_IMM's receive completion is pushed only after all its bytes and all earlier
+//!   WRs' bytes are placed. A send completion means the responder has placed the bytes.
+//! - Fence: once `to_err()` returns, nothing more is placed in local memory through that
+//!   queue pair, and no local memory is read for it any more (every copy into or out of
+//!   memory holds the queue pair's placement lock shared; `to_err` sets ERR, shuts the streams
+//!   down and then takes that lock exclusively). Deregistering a region waits for any copy
+//!   in progress into or out of it.
+//!
+//! # Failures
+//! Protection violations at the responder are NAKed before memory is touched: the requester's
+//! WR completes `RemAccessErr`, both queue pairs go to ERR. No ACK/READ_RESP/keep-alive for
+//! `retry_timeout` while a WR is outstanding, failing to connect for `retry_timeout`, or the
+//! outbound stream breaking with WRs outstanding completes the oldest WR `RetryExcErr` (the
+//! rest flush); a stream that breaks while idle fails the next posted WR that way. Protocol
+//! garbage puts only that queue pair into ERR (`RemOpErr` when it came on the stream that
+//! carries its own requests' replies, plain flushes when it came on the inbound stream).
+
+mod cq;
+mod domain;
+mod listener;
+mod mr;
+mod net;
+mod pd;
+mod qp;
+mod qp_state;
+mod reader;
+mod requester;
+mod responder;
+pub mod sequence;
+pub mod wire;
+
+#[cfg(test)]
+pub(crate) mod tests;
+
+use crate::fabric::{
+    counters, DeviceInfo, Fabric, FabricError, LinkLayer, ProtectionDomain, Result,
+};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// One rail: an interface and the address traffic is bound to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SockRail {
+    pub name: String,
+    pub ip: IpAddr,
+}
+
+/// What the `sock` fabric is built from.
+#[derive(Clone, Debug)]
+pub struct SockConfig {
+    pub rails: Vec<SockRail>,
+    /// No ACK progress for this long while WRs are outstanding ⇒ `RetryExcErr`.
+    pub retry_timeout: Duration,
+    /// Largest payload per frame (1 ..= [`wire::MAX_SEGMENT_BYTES`]).
+    pub segment_bytes: usize,
+}
+
+/// Knobs shared by everything a fabric opens.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tunables {
+    pub retry_timeout: Duration,
+    pub segment_bytes: usize,
+}
+
+impl Tunables {
+    /// Receive timeout of the ack reader: how often it checks the retry timer.
+    pub fn ack_tick(&self) -> Duration {
+        (self.retry_timeout / 10).clamp(Duration::from_millis(1), Duration::from_millis(50))
+    }
+    /// Receive timeout of the responder: how often it checks for a stalled frame.
+    pub fn rx_tick(&self) -> Duration {
+        (self.retry_timeout / 4).clamp(Duration::from_millis(10), Duration::from_millis(200))
+    }
+}
+
+/// The `sock` fabric: one device per rail.
+pub struct SockFabric {
+    rails: Vec<SockRail>,
+    devices: Vec<DeviceInfo>,
+    tun: Tunables,
+}
+
+impl SockFabric {
+    pub fn new(cfg: SockConfig) -> Result<Self> {
+        if cfg.rails.is_empty() {
+            return Err(FabricError::NoDevice("sock: no rails configured".into()));
+        }
+        if cfg.segment_bytes == 0 || cfg.segment_bytes > wire::MAX_SEGMENT_BYTES {
+            return Err(FabricError::InvalidArgument(format!(
+                "sock: segment_bytes {} not in 1..={}",
+                cfg.segment_bytes,
+                wire::MAX_SEGMENT_BYTES
+            )));
+        }
+        if cfg.retry_timeout.is_zero() {
+            return Err(FabricError::InvalidArgument(
+                "sock: retry_timeout must be positive".into(),
+            ));
+        }
+        let devices = cfg
+            .rails
+            .iter()
+            .enumerate()
+            .map(|(i, r)| device_info(i, r))
+            .collect();
+        Ok(SockFabric {
+            rails: cfg.rails,
+            devices,
+            tun: Tunables {
+                retry_timeout: cfg.retry_timeout,
+                segment_bytes: cfg.segment_bytes,
+            },
+        })
+    }
+}
+
+fn device_info(index: usize, rail: &SockRail) -> DeviceInfo {
+    let sys = format!("/sys/class/net/{}", rail.name);
+    let pci_path = std::fs::canonicalize(format!("{sys}/device"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    let speed = std::fs::read_to_string(format!("{sys}/speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(10000);
+    DeviceInfo {
+        name: format!("sock:{}", rail.name),
+        pci_path,
+        guid: index as u64 + 1,
+        speed_mbps: speed,
+        port: 1,
+        link_layer: LinkLayer::Ethernet,
+        max_comms: 65536,
+        ptr_support: crate::fabric::PTR_HOST,
+    }
+}
+
+impl Fabric for SockFabric {
+    fn rail_affine(&self) -> bool {
+        true
+    }
+
+    fn kind(&self) -> &'static str {
+        "sock"
+    }
+    fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+    fn open_pd(&self, dev: usize) -> Result<Arc<dyn ProtectionDomain>> {
+        let rail = self
+            .rails
+            .get(dev)
+            .ok_or_else(|| FabricError::InvalidArgument(format!("sock: no device {dev}")))?;
+        Ok(Arc::new(pd::SockPd::open(dev, rail.ip, self.tun)?))
+    }
+}
+
+/// What a peer needs to reach one queue pair (at most 32 bytes encoded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockEndpoint {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub qpn: u32,
+    pub nonce: u64,
+}
+
+const EP_VERSION: u8 = 1;
+
+impl SockEndpoint {
+    /// `[version, family(4|6), ip(4|16), port(2), qpn(4), nonce(8)]`, little endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(32);
+        b.push(EP_VERSION);
+        match self.ip {
+            IpAddr::V4(a) => {
+                b.push(4);
+                b.extend_from_slice(&a.octets());
+            }
+            IpAddr::V6(a) => {
+                b.push(6);
+                b.extend_from_slice(&a.octets());
+            }
+        }
+        b.extend_from_slice(&self.port.to_le_bytes());
+        b.extend_from_slice(&self.qpn.to_le_bytes());
+        b.extend_from_slice(&self.nonce.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        let bad = |why: &str| FabricError::BadPeerAddress(format!("sock endpoint: {why}"));
+        if b.len() < 2 {
+            return Err(bad("too short"));
+        }
+        if b[0] != EP_VERSION {
+            return Err(bad("unknown version"));
+        }
+        let (ip, rest) = match b[1] {
+            4 if b.len() == 2 + 4 + 14 => {
+                let o: [u8; 4] = b[2..6].try_into().unwrap();
+                (IpAddr::V4(Ipv4Addr::from(o)), &b[6..])
+            }
+            6 if b.len() == 2 + 16 + 14 => {
+                let o: [u8; 16] = b[2..18].try_into().unwrap();
+                (IpAddr::V6(Ipv6Addr::from(o)), &b[18..])
+            }
+            4 | 6 => return Err(bad("wrong length")),
+            _ => return Err(bad("unknown address family")),
+        };
+        let port = u16::from_le_bytes([rest[0], rest[1]]);
+        let qpn = u32::from_le_bytes(rest[2..6].try_into().unwrap());
+        let nonce = u64::from_le_bytes(rest[6..14].try_into().unwrap());
+        if port == 0 || qpn == 0 || ip.is_unspecified() {
+            return Err(bad("zero port, qpn or address"));
+        }
+        Ok(SockEndpoint {
+            ip,
+            port,
+            qpn,
+            nonce,
+        })
+    }
+}
+
+static LIVE_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Process-wide number of live `sock` threads (listeners and queue pair I/O threads).
+pub fn live_threads() -> usize {
+    LIVE_THREADS.load(Ordering::SeqCst)
+}
+
+/// Spawn a counted thread.
+pub(crate) fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    struct Count;
+    impl Drop for Count {
+        fn drop(&mut self) {
+            LIVE_THREADS.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    LIVE_THREADS.fetch_add(1, Ordering::SeqCst);
+    let held = counters::Held::new(counters::Resource::Thread);
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            let _count = Count;
+            let _held = held;
+            f()
+        })
+        .map_err(|e| {
+            LIVE_THREADS.fetch_sub(1, Ordering::SeqCst);
+            FabricError::io("sock: spawn thread", e)
+        })
+}

@@ -1,0 +1,68 @@
+//! Protection domains of the `sock` fabric: the [`ProtectionDomain`] handle the engine holds.
+//! It registers memory in the domain's key table and makes completion queues and queue
+//! pairs; the listener ([`PdCore`]) lives as long as the handle or any of its queue pairs.
+
+use super::cq::SockCq;
+use super::listener::PdCore;
+use super::mr::SockMr;
+use super::qp::SockQp;
+use super::Tunables;
+use crate::fabric::counters::{Held, Resource};
+use crate::fabric::{
+    Access, CompletionQueue, Doorbell, FabricError, MemoryRegion, ProtectionDomain, QpCaps,
+    QueuePair, Result,
+};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// The handle `open_pd` returns.
+pub struct SockPd {
+    core: Arc<PdCore>,
+}
+
+impl SockPd {
+    pub fn open(dev: usize, ip: IpAddr, tun: Tunables) -> Result<SockPd> {
+        Ok(SockPd {
+            core: Arc::new(PdCore::open(dev, ip, tun)?),
+        })
+    }
+}
+
+impl ProtectionDomain for SockPd {
+    fn id(&self) -> u64 {
+        self.core.shared.id
+    }
+    fn device(&self) -> usize {
+        self.core.shared.dev
+    }
+    fn reg_mr(&self, addr: usize, len: usize, access: Access) -> Result<Box<dyn MemoryRegion>> {
+        if len == 0 {
+            return Err(FabricError::InvalidArgument(
+                "sock: zero-length registration".into(),
+            ));
+        }
+        if addr == 0 || addr.checked_add(len).is_none() {
+            return Err(FabricError::InvalidArgument(format!(
+                "sock: bad registration {addr:#x}+{len}"
+            )));
+        }
+        let entry = self.core.shared.mrs.insert(addr, len, access);
+        Ok(Box::new(SockMr {
+            entry,
+            table: self.core.shared.mrs.clone(),
+            _held: Held::new(Resource::Mr),
+        }))
+    }
+    fn create_cq(&self, _depth: u32, doorbell: Arc<Doorbell>) -> Result<Arc<dyn CompletionQueue>> {
+        Ok(SockCq::create(doorbell))
+    }
+    fn create_qp(&self, cq: &Arc<dyn CompletionQueue>, caps: QpCaps) -> Result<Box<dyn QueuePair>> {
+        if caps.max_send_wr == 0 || caps.max_recv_wr == 0 {
+            return Err(FabricError::InvalidArgument(
+                "sock: queue pair needs max_send_wr and max_recv_wr > 0".into(),
+            ));
+        }
+        let cq = SockCq::resolve(cq)?;
+        Ok(Box::new(SockQp::new(self.core.clone(), cq, caps)))
+    }
+}

@@ -1,0 +1,287 @@
+//! Queue pairs of the `sock` fabric: the handle the engine holds (state transitions, posting
+//! sends and receives), and how a queue pair takes its inbound stream from the listener. The
+//! shared state is in `qp_state.rs`; the I/O threads are the requester (`requester.rs`, started
+//! at RTS) and the responder (`responder.rs`, started when the inbound stream arrives).
+
+use super::cq::SockCq;
+use super::domain::InboundTarget;
+use super::listener::PdCore;
+use super::net;
+use super::qp_state::{state_to_u8, Control, QpShared, SendQueue, WrEntry};
+use super::wire::Hello;
+use super::{requester, responder, SockEndpoint};
+use crate::fabric::counters::{self, Counted, Held, Resource};
+use crate::fabric::{FabricError, QpCaps, QpState, QueuePair, Result, SendWr, WcStatus};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering::SeqCst};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+static NEXT_QPN: AtomicU32 = AtomicU32::new(1);
+
+impl InboundTarget for QpShared {
+    /// The listener found a stream whose hello names this queue pair.
+    fn attach_inbound(self: Arc<Self>, s: Counted<TcpStream>, hello: &Hello) -> bool {
+        if hello.target_nonce != self.nonce {
+            return false;
+        }
+        let clone = {
+            let mut ctl = self.ctl.lock();
+            if self.dead() || ctl.inbound_attached {
+                return false;
+            }
+            if net::tune_stream(&s, self.pd.tun.rx_tick()).is_err() {
+                return false;
+            }
+            if let Some(tc) = self.caps.traffic_class {
+                if net::set_traffic_class(&s, tc).is_err() {
+                    return false;
+                }
+            }
+            match counters::try_clone_stream(&s) {
+                Ok(c) => {
+                    // One inbound stream per queue pair, ever.
+                    ctl.inbound_attached = true;
+                    c
+                }
+                Err(_) => return false,
+            }
+        };
+        tracing::debug!(
+            "sock: qp {} inbound stream from qp {}",
+            self.qpn,
+            hello.source_qpn
+        );
+        // Spawn first (it waits for RTR), then publish for `fail` under the same check.
+        let mut stream = Some(s);
+        let ok = self.add_thread(format!("sock-rx-{}", self.qpn), move |qp| {
+            responder::run(qp, stream.take().expect("stream"))
+        });
+        if ok {
+            let mut ctl = self.ctl.lock();
+            ctl.in_sock = Some(clone);
+            if self.dead() {
+                // `fail` may have run between the spawn and now: shut it ourselves.
+                net::shutdown(ctl.in_sock.as_ref().expect("set").as_raw_fd());
+            }
+        }
+        ok
+    }
+}
+
+/// The queue pair handle (`create_qp`).
+pub struct SockQp {
+    shared: Arc<QpShared>,
+    _core: Arc<PdCore>,
+}
+
+impl SockQp {
+    pub fn new(core: Arc<PdCore>, cq: Arc<SockCq>, caps: QpCaps) -> SockQp {
+        let qpn = loop {
+            let n = NEXT_QPN.fetch_add(1, SeqCst);
+            if n != 0 {
+                break n;
+            }
+        };
+        let nonce = std::collections::hash_map::RandomState::new().hash_one((qpn, Instant::now()));
+        let shared = Arc::new(QpShared {
+            qpn,
+            nonce,
+            pd: core.shared.clone(),
+            cq,
+            caps,
+            state: AtomicU8::new(state_to_u8(QpState::Reset)),
+            stopped: AtomicBool::new(false),
+            ctl: Mutex::new(Control {
+                remote: None,
+                threads: Vec::new(),
+                out_sock: None,
+                in_sock: None,
+                inbound_attached: false,
+            }),
+            ctl_cv: Condvar::new(),
+            sq: Mutex::new(SendQueue {
+                wrs: VecDeque::with_capacity(caps.max_send_wr.min(4096) as usize),
+                next_send: 0,
+                next_psn: 0,
+                last_progress: Instant::now(),
+                link_dead: false,
+            }),
+            sq_cv: Condvar::new(),
+            rq: Mutex::new(VecDeque::new()),
+            rq_cv: Condvar::new(),
+            place: RwLock::new(()),
+            fail_mx: Mutex::new(()),
+            _held: Held::new(Resource::Qp),
+        });
+        let target: Weak<dyn InboundTarget> = Arc::downgrade(&shared) as Weak<dyn InboundTarget>;
+        core.shared.register_qp(shared.qpn, target);
+        SockQp {
+            shared,
+            _core: core,
+        }
+    }
+
+    fn bad_state(&self, op: &'static str) -> FabricError {
+        FabricError::BadState {
+            state: self.shared.state(),
+            op,
+        }
+    }
+}
+
+impl QueuePair for SockQp {
+    fn qp_num(&self) -> u32 {
+        self.shared.qpn
+    }
+
+    fn state(&self) -> QpState {
+        self.shared.state()
+    }
+
+    fn local_endpoint(&self) -> Vec<u8> {
+        SockEndpoint {
+            ip: self.shared.pd.ip,
+            port: self.shared.pd.port,
+            qpn: self.shared.qpn,
+            nonce: self.shared.nonce,
+        }
+        .encode()
+    }
+
+    fn to_init(&self) -> Result<()> {
+        if self.shared.cas(QpState::Reset, QpState::Init) {
+            Ok(())
+        } else {
+            Err(self.bad_state("to_init"))
+        }
+    }
+
+    fn to_rtr(&self, remote: &[u8]) -> Result<()> {
+        let ep = SockEndpoint::decode(remote)?;
+        if ep.ip.is_ipv4() != self.shared.pd.ip.is_ipv4() {
+            return Err(FabricError::BadPeerAddress(format!(
+                "sock: peer {} and rail {} differ in address family",
+                ep.ip, self.shared.pd.ip
+            )));
+        }
+        let s = &self.shared;
+        let mut ctl = s.ctl.lock();
+        if s.state() != QpState::Init {
+            return Err(self.bad_state("to_rtr"));
+        }
+        ctl.remote = Some(ep);
+        if !s.cas(QpState::Init, QpState::Rtr) {
+            return Err(self.bad_state("to_rtr"));
+        }
+        s.ctl_cv.notify_all();
+        Ok(())
+    }
+
+    fn to_rts(&self) -> Result<()> {
+        let s = &self.shared;
+        if !s.cas(QpState::Rtr, QpState::Rts) {
+            return Err(self.bad_state("to_rts"));
+        }
+        s.ctl_cv.notify_all();
+        if !s.add_thread(format!("sock-tx-{}", s.qpn), requester::run_sender) {
+            s.fail(None);
+            return Err(FabricError::System(format!(
+                "sock: qp {}: cannot start the requester",
+                s.qpn
+            )));
+        }
+        Ok(())
+    }
+
+    fn to_err(&self) -> Result<()> {
+        self.shared.fail(None);
+        Ok(())
+    }
+
+    fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
+        let s = &self.shared;
+        match s.state() {
+            QpState::Rts | QpState::Err => {}
+            _ => return Err(self.bad_state("post_send")),
+        }
+        let cause = {
+            let mut sq = s.sq.lock();
+            if s.state() == QpState::Err {
+                for wr in wrs {
+                    s.push_send(wr, WcStatus::WrFlushErr);
+                }
+                return Ok(());
+            }
+            if sq.wrs.len() + wrs.len() > s.caps.max_send_wr as usize {
+                return Err(FabricError::QueueFull("sock: send queue"));
+            }
+            for wr in wrs {
+                let (mr, bad) = s.check_local(wr);
+                sq.wrs.push_back(WrEntry {
+                    wr: *wr,
+                    mr,
+                    bad,
+                    sent: 0,
+                    started: false,
+                    emitted: false,
+                    last_psn: 0,
+                });
+            }
+            s.sq_cv.notify_all();
+            if sq.link_dead {
+                Some(WcStatus::RetryExcErr)
+            } else {
+                sq.wrs.front().and_then(|e| e.bad)
+            }
+        };
+        if let Some(c) = cause {
+            s.fail(Some(c));
+        }
+        Ok(())
+    }
+
+    fn post_recv(&self, wr_id: u64) -> Result<()> {
+        let s = &self.shared;
+        if s.state() == QpState::Reset {
+            return Err(self.bad_state("post_recv"));
+        }
+        let mut rq = s.rq.lock();
+        if s.state() == QpState::Err {
+            s.push_recv(wr_id, WcStatus::WrFlushErr, None, 0);
+            return Ok(());
+        }
+        if rq.len() >= s.caps.max_recv_wr as usize {
+            return Err(FabricError::QueueFull("sock: receive queue"));
+        }
+        rq.push_back(wr_id);
+        s.rq_cv.notify_all();
+        Ok(())
+    }
+}
+
+impl Drop for SockQp {
+    fn drop(&mut self) {
+        let s = &self.shared;
+        let threads = {
+            let mut ctl = s.ctl.lock();
+            s.stopped.store(true, SeqCst);
+            std::mem::take(&mut ctl.threads)
+        };
+        // Destroying a queue pair completes nothing: `stopped` silences the flush.
+        s.fail(None);
+        for t in threads {
+            let _ = t.join();
+        }
+        {
+            let mut ctl = s.ctl.lock();
+            ctl.out_sock = None;
+            ctl.in_sock = None;
+        }
+        s.pd.unregister_qp(s.qpn);
+    }
+}

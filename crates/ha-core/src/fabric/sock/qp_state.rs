@@ -1,0 +1,298 @@
+//! The state a `sock` queue pair's handle and I/O threads share: the RC state machine, the
+//! send and receive queues, the streams, the error path (flush + fence) and completions.
+//!
+//! Lock order: `fail_mx` → `ctl` / `sq` / `rq` → PD key table. `place` is taken shared
+//! only around copies into/out of memory, never while calling [`QpShared::fail`], and
+//! exclusively only by `fail` (the fence).
+
+use super::cq::SockCq;
+use super::domain::PdShared;
+use super::mr::MrEntry;
+use super::net;
+use super::wire::psn_le;
+use super::{spawn, SockEndpoint};
+use crate::fabric::counters::{Counted, Held};
+use crate::fabric::{Access, Completion, QpCaps, QpState, SendOp, SendWr, WcOpcode, WcStatus};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::VecDeque;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::SeqCst};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+pub(super) fn state_to_u8(s: QpState) -> u8 {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Err => 4,
+    }
+}
+
+pub(super) fn state_from_u8(v: u8) -> QpState {
+    match v {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        _ => QpState::Err,
+    }
+}
+
+/// One posted send WR until it completes.
+pub struct WrEntry {
+    pub wr: SendWr,
+    /// The local registration (nonzero-length SGE that passed the local check).
+    pub mr: Option<Arc<MrEntry>>,
+    /// Failed the local check: completes with this status when it reaches the front.
+    pub bad: Option<WcStatus>,
+    /// Payload bytes already handed to the sender's batch.
+    pub sent: u64,
+    /// At least one frame emitted (the WR is outstanding).
+    pub started: bool,
+    /// All frames emitted; `last_psn` is valid.
+    pub emitted: bool,
+    pub last_psn: u32,
+}
+
+pub struct SendQueue {
+    /// Posted, not yet completed, in posting order.
+    pub wrs: VecDeque<WrEntry>,
+    /// Index in `wrs` of the first WR not fully emitted.
+    pub next_send: usize,
+    pub next_psn: u32,
+    /// Last sign of life from the responder (or start of the oldest outstanding WR).
+    pub last_progress: Instant,
+    /// The outbound stream broke while nothing was outstanding: the next WR fails.
+    pub link_dead: bool,
+}
+
+pub struct Control {
+    pub remote: Option<SockEndpoint>,
+    pub(super) threads: Vec<JoinHandle<()>>,
+    pub(super) out_sock: Option<Counted<TcpStream>>,
+    pub(super) in_sock: Option<Counted<TcpStream>>,
+    pub(super) inbound_attached: bool,
+}
+
+/// Everything a queue pair's threads share.
+pub struct QpShared {
+    pub qpn: u32,
+    pub nonce: u64,
+    pub pd: Arc<PdShared>,
+    pub cq: Arc<SockCq>,
+    pub(super) caps: QpCaps,
+    pub(super) state: AtomicU8,
+    pub(super) stopped: AtomicBool,
+    pub ctl: Mutex<Control>,
+    pub ctl_cv: Condvar,
+    pub sq: Mutex<SendQueue>,
+    pub sq_cv: Condvar,
+    pub rq: Mutex<VecDeque<u64>>,
+    pub rq_cv: Condvar,
+    /// Shared around every copy into or out of memory; exclusive = the `to_err` fence.
+    pub place: RwLock<()>,
+    pub(super) fail_mx: Mutex<()>,
+    pub(super) _held: Held,
+}
+
+impl QpShared {
+    /// The traffic class asked at creation (`QpCaps`).
+    pub fn traffic_class(&self) -> Option<u8> {
+        self.caps.traffic_class
+    }
+
+    pub fn state(&self) -> QpState {
+        state_from_u8(self.state.load(SeqCst))
+    }
+
+    /// In ERR or being dropped: I/O threads stop.
+    pub fn dead(&self) -> bool {
+        self.state.load(SeqCst) == state_to_u8(QpState::Err) || self.stopped.load(SeqCst)
+    }
+
+    pub(super) fn cas(&self, from: QpState, to: QpState) -> bool {
+        self.state
+            .compare_exchange(state_to_u8(from), state_to_u8(to), SeqCst, SeqCst)
+            .is_ok()
+    }
+
+    pub fn push_send(&self, wr: &SendWr, status: WcStatus) {
+        self.cq.push(Completion {
+            wr_id: wr.wr_id,
+            qp_num: self.qpn,
+            status,
+            opcode: match wr.op {
+                SendOp::Read => WcOpcode::RdmaRead,
+                _ => WcOpcode::RdmaWrite,
+            },
+            byte_len: if status.is_ok() {
+                wr.local.len as u32
+            } else {
+                0
+            },
+            imm: None,
+        });
+    }
+
+    pub fn push_recv(&self, wr_id: u64, status: WcStatus, imm: Option<u32>, byte_len: u32) {
+        self.cq.push(Completion {
+            wr_id,
+            qp_num: self.qpn,
+            status,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            byte_len,
+            imm,
+        });
+    }
+
+    /// Complete (Success, signaled only) every emitted WR whose last frame is at or before
+    /// `psn`. Returns the status of a failed-local-check WR now at the front, if any.
+    pub fn retire_through(&self, sq: &mut SendQueue, psn: u32) -> Option<WcStatus> {
+        let mut n = 0;
+        while let Some(e) = sq.wrs.front() {
+            if !(e.emitted && psn_le(e.last_psn, psn)) {
+                break;
+            }
+            let e = sq.wrs.pop_front().expect("front exists");
+            n += 1;
+            if e.wr.signaled {
+                self.push_send(&e.wr, WcStatus::Success);
+            }
+        }
+        sq.next_send -= n;
+        if n > 0 {
+            sq.last_progress = Instant::now();
+        }
+        sq.wrs.front().and_then(|e| e.bad)
+    }
+
+    /// The outbound stream is gone: fail now if anything is posted, else arm `link_dead`.
+    pub fn link_failed(&self) {
+        let fail_now = {
+            let mut sq = self.sq.lock();
+            if sq.wrs.is_empty() {
+                sq.link_dead = true;
+                false
+            } else {
+                true
+            }
+        };
+        if fail_now {
+            self.fail(Some(WcStatus::RetryExcErr));
+        }
+    }
+
+    /// Go to ERR: shut the streams, fence placement, flush every send (the first with
+    /// `cause` when this is the transition into ERR) and every receive, in posting order.
+    /// Must not be called while holding `place`, `sq`, `rq` or `ctl`.
+    pub fn fail(&self, cause: Option<WcStatus>) {
+        let _serial = self.fail_mx.lock();
+        let prev = self.state.swap(state_to_u8(QpState::Err), SeqCst);
+        {
+            let ctl = self.ctl.lock();
+            for s in ctl.out_sock.iter().chain(ctl.in_sock.iter()) {
+                net::shutdown(s.as_raw_fd());
+            }
+            self.ctl_cv.notify_all();
+        }
+        // Wake waiters before the fence: the sender and a responder waiting for a receive.
+        drop(self.sq.lock());
+        self.sq_cv.notify_all();
+        drop(self.rq.lock());
+        self.rq_cv.notify_all();
+        // Fence: every copy in progress finishes; later ones see ERR and do nothing.
+        drop(self.place.write());
+        let report = !self.stopped.load(SeqCst);
+        {
+            let mut sq = self.sq.lock();
+            let mut cause = if prev != state_to_u8(QpState::Err) {
+                cause
+            } else {
+                None
+            };
+            while let Some(e) = sq.wrs.pop_front() {
+                let st = cause.take().unwrap_or(WcStatus::WrFlushErr);
+                if report {
+                    self.push_send(&e.wr, st);
+                }
+            }
+            sq.next_send = 0;
+        }
+        {
+            let mut rq = self.rq.lock();
+            while let Some(id) = rq.pop_front() {
+                if report {
+                    self.push_recv(id, WcStatus::WrFlushErr, None, 0);
+                }
+            }
+        }
+    }
+
+    /// Spawn a thread of this queue pair unless it is being dropped. A panic in it puts the
+    /// queue pair into ERR instead of leaving it hanging.
+    pub fn add_thread(
+        self: &Arc<Self>,
+        name: String,
+        f: impl FnOnce(Arc<QpShared>) + Send + 'static,
+    ) -> bool {
+        let mut ctl = self.ctl.lock();
+        if self.stopped.load(SeqCst) {
+            return false;
+        }
+        let qp = self.clone();
+        let h = spawn(name, move || {
+            let q2 = qp.clone();
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(q2))).is_err() {
+                tracing::error!("sock: qp {} thread panicked", qp.qpn);
+                qp.fail(Some(WcStatus::LocQpOpErr));
+            }
+        });
+        match h {
+            Ok(h) => {
+                ctl.threads.push(h);
+                true
+            }
+            Err(e) => {
+                tracing::error!("sock: qp {}: {e}", self.qpn);
+                false
+            }
+        }
+    }
+
+    /// Publish the connected outbound stream (so `fail` can shut it); false if dead.
+    pub fn set_out_sock(&self, s: Counted<TcpStream>) -> bool {
+        let mut ctl = self.ctl.lock();
+        if self.dead() {
+            return false;
+        }
+        ctl.out_sock = Some(s);
+        true
+    }
+
+    /// Local check of a send WR: `(registration, failure status)`.
+    pub(super) fn check_local(&self, wr: &SendWr) -> (Option<Arc<MrEntry>>, Option<WcStatus>) {
+        let len = wr.local.len;
+        if len > u32::MAX as usize {
+            return (None, Some(WcStatus::LocLenErr));
+        }
+        if wr.remote_addr.checked_add(len as u64).is_none() {
+            return (None, Some(WcStatus::RemAccessErr));
+        }
+        if len == 0 {
+            return (None, None);
+        }
+        match self.pd.mrs.get(wr.local.lkey) {
+            Some(e)
+                if e.contains(wr.local.addr as u64, len as u64)
+                    && (wr.op != SendOp::Read || e.access.contains(Access::LOCAL_WRITE)) =>
+            {
+                (Some(e), None)
+            }
+            _ => (None, Some(WcStatus::LocProtErr)),
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! Requester side of a `sock` queue pair: the sender thread (connect, hello, WRITE segments
+//! and READ requests in posting order, gathered into few `sendmsg` calls) and the ack reader
+//! thread (ACK/NAK/keep-alive, READ data placed into local memory, the retry timer).
+//!
+//! PSNs: every frame the requester sends takes the next PSN (one per WRITE segment, one per
+//! READ request), starting at 0 on each stream. An ACK for PSN p completes every WR whose
+//! last frame is at or before p; READ responses carry their request's PSN.
+
+use super::mr::{MrEntry, MrPin};
+use super::net;
+use super::qp_state::QpShared;
+use super::reader::{Abort, FrameReader, Watch};
+use super::wire::{flags, syndrome, Header, Hello, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
+use crate::fabric::counters::{self, Counted};
+use crate::fabric::{SendOp, WcStatus};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most frames gathered into one `sendmsg`.
+const MAX_BATCH: usize = 64;
+
+/// Sender thread body: connect, then emit frames until the queue pair dies.
+pub fn run_sender(qp: Arc<QpShared>) {
+    let Some(stream) = connect(&qp) else {
+        return;
+    };
+    let (Ok(for_reader), Ok(for_fail)) = (
+        counters::try_clone_stream(&stream),
+        counters::try_clone_stream(&stream),
+    ) else {
+        qp.link_failed();
+        return;
+    };
+    if !qp.set_out_sock(for_fail) {
+        return;
+    }
+    let mut rs = Some(for_reader);
+    if !qp.add_thread(format!("sock-ack-{}", qp.qpn), move |q| {
+        run_ack_reader(q, rs.take().expect("stream"))
+    }) {
+        return;
+    }
+    send_loop(&qp, &stream);
+}
+
+/// Connect to the peer's listener and send the hello, retrying until `retry_timeout`.
+fn connect(qp: &QpShared) -> Option<Counted<TcpStream>> {
+    let Some(remote) = qp.ctl.lock().remote else {
+        qp.fail(Some(WcStatus::LocQpOpErr));
+        return None;
+    };
+    let tun = qp.pd.tun;
+    let deadline = Instant::now() + tun.retry_timeout;
+    let dst = SocketAddr::new(remote.ip, remote.port);
+    let hello = Hello {
+        target_qpn: remote.qpn,
+        source_qpn: qp.qpn,
+        target_nonce: remote.nonce,
+    }
+    .encode();
+    let mut backoff = Duration::from_millis(2);
+    loop {
+        if qp.dead() {
+            return None;
+        }
+        let attempt = net::connect_from(qp.pd.ip, dst, deadline, &|| qp.dead())
+            .map(counters::socket)
+            .and_then(|mut s| {
+                net::tune_stream(&s, tun.ack_tick())?;
+                if let Some(tc) = qp.traffic_class() {
+                    net::set_traffic_class(&s, tc)?;
+                }
+                s.write_all(&hello)?;
+                Ok(s)
+            });
+        match attempt {
+            Ok(s) => return Some(s),
+            Err(e) => {
+                if qp.dead() {
+                    return None;
+                }
+                if Instant::now() >= deadline {
+                    tracing::debug!("sock: qp {} cannot connect to {dst}: {e}", qp.qpn);
+                    qp.link_failed();
+                    return None;
+                }
+                let mut sq = qp.sq.lock();
+                if !qp.dead() {
+                    qp.sq_cv.wait_for(&mut sq, backoff);
+                }
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// One frame of a batch: its header and payload (`ptr`, `len`).
+struct Frame {
+    hdr: [u8; HEADER_LEN],
+    ptr: usize,
+    len: usize,
+}
+
+fn send_loop(qp: &QpShared, stream: &TcpStream) {
+    let fd = stream.as_raw_fd();
+    let seg = qp.pd.tun.segment_bytes as u64;
+    let mut frames: Vec<Frame> = Vec::with_capacity(MAX_BATCH);
+    let mut mrs: Vec<Arc<MrEntry>> = Vec::with_capacity(MAX_BATCH);
+    let mut pins: Vec<MrPin> = Vec::with_capacity(MAX_BATCH);
+    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(2 * MAX_BATCH);
+    loop {
+        frames.clear();
+        mrs.clear();
+        {
+            let mut sq = qp.sq.lock();
+            loop {
+                if qp.dead() {
+                    return;
+                }
+                if sq.next_send < sq.wrs.len() && sq.wrs[sq.next_send].bad.is_none() {
+                    break;
+                }
+                qp.sq_cv.wait(&mut sq);
+            }
+            if !sq.wrs.front().is_some_and(|e| e.started) {
+                // Nothing was outstanding: the retry timer starts now.
+                sq.last_progress = Instant::now();
+            }
+            let mut bytes = 0u64;
+            while frames.len() < MAX_BATCH && bytes < seg && sq.next_send < sq.wrs.len() {
+                let i = sq.next_send;
+                let psn = sq.next_psn;
+                let e = &mut sq.wrs[i];
+                if e.bad.is_some() {
+                    break;
+                }
+                e.started = true;
+                let mut h = Header::new(Op::Write);
+                h.rkey = e.wr.rkey;
+                h.psn = psn;
+                let total = e.wr.local.len as u64;
+                h.total = total;
+                let (ptr, len);
+                match e.wr.op {
+                    SendOp::Read => {
+                        h.op = Op::ReadReq;
+                        h.raddr = e.wr.remote_addr;
+                        (ptr, len) = (0, 0);
+                        e.emitted = true;
+                    }
+                    SendOp::Write | SendOp::WriteWithImm(_) => {
+                        let off = e.sent;
+                        let n = seg.min(total - off);
+                        h.raddr = e.wr.remote_addr + off;
+                        h.len = n as u32;
+                        if off == 0 {
+                            h.flags |= flags::FIRST;
+                        }
+                        if off + n == total {
+                            h.flags |= flags::LAST;
+                            e.emitted = true;
+                            if let SendOp::WriteWithImm(imm) = e.wr.op {
+                                h.flags |= flags::IMM;
+                                h.imm = imm;
+                            }
+                        }
+                        (ptr, len) = (e.wr.local.addr + off as usize, n as usize);
+                        e.sent = off + n;
+                        bytes += n;
+                        if n > 0 {
+                            let mr = e.mr.as_ref().expect("checked at post");
+                            if !mrs.last().is_some_and(|m| Arc::ptr_eq(m, mr)) {
+                                mrs.push(mr.clone());
+                            }
+                        }
+                    }
+                }
+                if e.emitted {
+                    e.last_psn = psn;
+                    sq.next_send += 1;
+                }
+                sq.next_psn = psn.wrapping_add(1);
+                frames.push(Frame {
+                    hdr: h.to_bytes(),
+                    ptr,
+                    len,
+                });
+            }
+        }
+        let g = qp.place.read();
+        if qp.dead() {
+            return;
+        }
+        for m in &mrs {
+            match m.pin() {
+                Some(p) => pins.push(p),
+                None => {
+                    // A source registration vanished under an outstanding WR.
+                    pins.clear();
+                    drop(g);
+                    qp.fail(Some(WcStatus::LocProtErr));
+                    return;
+                }
+            }
+        }
+        iovs.clear();
+        for f in &frames {
+            iovs.push(net::iov(f.hdr.as_ptr(), HEADER_LEN));
+            if f.len > 0 {
+                iovs.push(net::iov(f.ptr as *const u8, f.len));
+            }
+        }
+        let r = net::sendmsg_all(fd, &mut iovs);
+        pins.clear();
+        drop(g);
+        if let Err(e) = r {
+            if !qp.dead() {
+                tracing::debug!("sock: qp {} send: {e}", qp.qpn);
+                qp.fail(Some(WcStatus::RetryExcErr));
+            }
+            return;
+        }
+    }
+}
+
+/// The ack reader's view of time: the retry timer.
+struct AckWatch<'a> {
+    qp: &'a QpShared,
+}
+
+impl Watch for AckWatch<'_> {
+    fn idle(&mut self, idle: Duration, _mid_frame: bool) -> Result<(), Abort> {
+        if self.qp.dead() {
+            return Err(Abort::Stop);
+        }
+        // Any byte from the responder (say, inside a large READ response segment) counts
+        // as a sign of life, like the frames that set `last_progress`.
+        let retry = self.qp.pd.tun.retry_timeout;
+        let sq = self.qp.sq.lock();
+        if idle > retry
+            && sq.wrs.front().is_some_and(|e| e.started)
+            && sq.last_progress.elapsed() > retry
+        {
+            return Err(Abort::Expired);
+        }
+        Ok(())
+    }
+    fn alive(&self) -> bool {
+        !self.qp.dead()
+    }
+}
+
+/// Why the ack reader ends.
+enum End {
+    Abort(Abort),
+    /// The peer broke the protocol.
+    Garbage(String),
+    /// Fail the queue pair with this status on the oldest WR.
+    Fail(WcStatus),
+}
+
+impl From<Abort> for End {
+    fn from(a: Abort) -> End {
+        End::Abort(a)
+    }
+}
+
+/// The READ whose response is being placed.
+struct ReadCtx {
+    psn: u32,
+    addr: usize,
+    total: u64,
+    off: u64,
+    mr: Option<Arc<MrEntry>>,
+}
+
+fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
+    let mut rd = FrameReader::new(stream.as_raw_fd());
+    let end = ack_loop(&qp, &mut rd);
+    match end {
+        End::Abort(Abort::Stop) => {}
+        End::Abort(Abort::Expired) => {
+            tracing::debug!("sock: qp {} retry timer expired", qp.qpn);
+            qp.fail(Some(WcStatus::RetryExcErr));
+        }
+        End::Abort(Abort::Eof) => {
+            if !qp.dead() {
+                tracing::debug!("sock: qp {} outbound stream closed by peer", qp.qpn);
+                qp.link_failed();
+            }
+        }
+        End::Abort(Abort::Io(e)) => {
+            if !qp.dead() {
+                tracing::debug!("sock: qp {} outbound stream failed: {e}", qp.qpn);
+                qp.link_failed();
+            }
+        }
+        End::Garbage(why) => {
+            if !qp.dead() {
+                tracing::warn!("sock: qp {}: bad frame from peer: {why}", qp.qpn);
+                qp.fail(Some(WcStatus::RemOpErr));
+            }
+        }
+        End::Fail(st) => qp.fail(Some(st)),
+    }
+    drop(stream);
+}
+
+fn ack_loop(qp: &QpShared, rd: &mut FrameReader) -> End {
+    let mut cur: Option<ReadCtx> = None;
+    loop {
+        let hb = match rd.next_header(&mut AckWatch { qp }) {
+            Ok(b) => b,
+            Err(a) => return End::Abort(a),
+        };
+        let h = match Header::decode(&hb, MAX_SEGMENT_BYTES) {
+            Ok(h) if !h.op.is_request() => h,
+            Ok(h) => return End::Garbage(format!("request {:?} on a reply stream", h.op)),
+            Err(e) => return End::Garbage(e.to_string()),
+        };
+        let r = match h.op {
+            Op::Ack | Op::KeepAlive => {
+                let mut sq = qp.sq.lock();
+                sq.last_progress = Instant::now();
+                if h.op == Op::Ack {
+                    if let Some(st) = qp.retire_through(&mut sq, h.psn) {
+                        return End::Fail(st);
+                    }
+                }
+                Ok(())
+            }
+            Op::Nak => {
+                // (Also ends a READ refused midway because its region went away.)
+                qp.retire_through(&mut qp.sq.lock(), h.psn.wrapping_sub(1));
+                return End::Fail(match h.imm {
+                    syndrome::REMOTE_ACCESS => WcStatus::RemAccessErr,
+                    _ => WcStatus::RemInvReqErr,
+                });
+            }
+            Op::ReadResp => on_read_resp(qp, rd, &h, &mut cur),
+            Op::Write | Op::ReadReq => unreachable!("filtered above"),
+        };
+        if let Err(e) = r {
+            return e;
+        }
+    }
+}
+
+fn on_read_resp(
+    qp: &QpShared,
+    rd: &mut FrameReader,
+    h: &Header,
+    cur: &mut Option<ReadCtx>,
+) -> Result<(), End> {
+    if h.has(flags::FIRST) {
+        if cur.is_some() {
+            return Err(End::Garbage("READ_RESP FIRST inside a response".into()));
+        }
+        let mut sq = qp.sq.lock();
+        sq.last_progress = Instant::now();
+        if let Some(st) = qp.retire_through(&mut sq, h.psn.wrapping_sub(1)) {
+            return Err(End::Fail(st));
+        }
+        let e = match sq.wrs.front() {
+            Some(e)
+                if e.wr.op == SendOp::Read
+                    && e.emitted
+                    && e.last_psn == h.psn
+                    && e.wr.local.len as u64 == h.total =>
+            {
+                e
+            }
+            _ => {
+                return Err(End::Garbage(format!(
+                    "READ_RESP psn {} matches no READ",
+                    h.psn
+                )))
+            }
+        };
+        *cur = Some(ReadCtx {
+            psn: h.psn,
+            addr: e.wr.local.addr,
+            total: h.total,
+            off: 0,
+            mr: e.mr.clone(),
+        });
+    } else {
+        qp.sq.lock().last_progress = Instant::now();
+    }
+    let c = match cur.as_mut() {
+        Some(c) if c.psn == h.psn && c.total == h.total => c,
+        _ => return Err(End::Garbage("READ_RESP outside a response".into())),
+    };
+    let len = h.len as u64;
+    let last = c.off + len == c.total;
+    if h.raddr != c.off
+        || len > c.total - c.off
+        || last != h.has(flags::LAST)
+        || (!last && len == 0)
+    {
+        return Err(End::Garbage(format!(
+            "READ_RESP segment {h:?} out of order"
+        )));
+    }
+    if len > 0 {
+        let g = qp.place.read();
+        if qp.dead() {
+            return Err(End::Abort(Abort::Stop));
+        }
+        let Some(pin) = c.mr.as_ref().and_then(|m| m.pin()) else {
+            return Err(End::Fail(WcStatus::LocProtErr));
+        };
+        let dst = (c.addr + c.off as usize) as *mut u8;
+        // SAFETY: the local check at post time put [addr, addr+total) inside the pinned
+        // registration (with LOCAL_WRITE) and `off + len <= total`; the pin keeps the
+        // registration (hence, by the reg_mr contract, the memory) alive, and holding
+        // `place` shared keeps the to_err fence from passing this copy.
+        let r = unsafe { rd.read_payload(dst, len as usize, &mut AckWatch { qp }) };
+        drop(pin);
+        drop(g);
+        r?;
+    }
+    c.off += len;
+    if last {
+        *cur = None;
+        let mut sq = qp.sq.lock();
+        sq.last_progress = Instant::now();
+        if let Some(st) = qp.retire_through(&mut sq, h.psn) {
+            return Err(End::Fail(st));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,375 @@
+//! Responder side of a `sock` queue pair: one thread per inbound stream that validates each
+//! request against this PD's registrations BEFORE touching memory, places WRITE segments
+//! (straight from the socket, last aligned word last with a Release store), consumes receives
+//! for WRITE_WITH_IMM (waiting for one, with keep-alives, when none is posted), streams READ
+//! responses, and ACKs (cumulative, coalesced while more frames are already buffered).
+
+use super::mr::MrEntry;
+use super::net;
+use super::qp_state::QpShared;
+use super::reader::{Abort, FrameReader, Watch};
+use super::sequence::{RequestSeq, Step};
+use super::wire::{flags, syndrome, Header, Op, HEADER_LEN};
+use crate::fabric::counters::Counted;
+use crate::fabric::{Access, QpState, WcStatus};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Coalesced ACKs are sent at least every this many frames.
+const ACK_EVERY: u32 = 64;
+/// Keep-alive period while waiting for a receive.
+const KEEPALIVE: Duration = Duration::from_millis(50);
+
+/// Why the responder ends.
+enum End {
+    /// Stream closed or queue pair stopped: leave the queue pair as it is.
+    Quiet,
+    /// The stream broke or stalled in the middle of a frame or request: hang up on it.
+    /// The queue pair's state is left alone, as a verbs responder's would be (the peer's
+    /// requester, or our own on the other stream, reports the failure).
+    Broken,
+    /// Malformed traffic: the queue pair goes to ERR.
+    Garbage(String),
+    /// Refuse frame `psn` with `syndrome`, then the queue pair goes to ERR.
+    Nak { psn: u32, syndrome: u32 },
+}
+
+struct RxWatch<'a> {
+    qp: &'a QpShared,
+}
+
+impl Watch for RxWatch<'_> {
+    fn idle(&mut self, idle: Duration, mid_frame: bool) -> Result<(), Abort> {
+        if self.qp.dead() {
+            return Err(Abort::Stop);
+        }
+        if mid_frame && idle > self.qp.pd.tun.retry_timeout {
+            return Err(Abort::Expired);
+        }
+        Ok(())
+    }
+    fn alive(&self) -> bool {
+        !self.qp.dead()
+    }
+}
+
+/// The WRITE being placed (its sequencing is in [`RequestSeq`]).
+struct WriteCtx {
+    mr: Option<Arc<MrEntry>>,
+    end: u64,
+    total: u64,
+    /// Start of the last aligned word (stored last); `== end` when there is none.
+    tail_start: u64,
+    tail: [u8; 8],
+}
+
+struct Responder<'a> {
+    qp: &'a QpShared,
+    fd: RawFd,
+    rd: FrameReader,
+    seq: RequestSeq,
+    cur: Option<WriteCtx>,
+    /// ACK not yet sent: (psn, ended a WR), and how many frames it covers.
+    pending: Option<(u32, bool)>,
+    pending_frames: u32,
+}
+
+/// Responder thread body.
+pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
+    {
+        let mut ctl = qp.ctl.lock();
+        loop {
+            if qp.dead() {
+                return;
+            }
+            if qp.state() >= QpState::Rtr {
+                break;
+            }
+            qp.ctl_cv.wait_for(&mut ctl, Duration::from_millis(200));
+        }
+    }
+    let fd = stream.as_raw_fd();
+    let mut r = Responder {
+        qp: &qp,
+        fd,
+        rd: FrameReader::new(fd),
+        seq: RequestSeq::new(),
+        cur: None,
+        pending: None,
+        pending_frames: 0,
+    };
+    let end = r.serve();
+    match end {
+        End::Quiet => {}
+        End::Broken => {
+            if !qp.dead() {
+                tracing::debug!("sock: qp {} inbound stream broke mid-request", qp.qpn);
+                net::shutdown(fd);
+            }
+        }
+        End::Garbage(why) => {
+            if !qp.dead() {
+                tracing::warn!("sock: qp {}: bad request from peer: {why}", qp.qpn);
+                qp.fail(None);
+            }
+        }
+        End::Nak { psn, syndrome } => {
+            if !qp.dead() {
+                let _ = r.flush_ack();
+                let mut h = Header::new(Op::Nak);
+                h.psn = psn;
+                h.imm = syndrome;
+                let _ = r.send(&h, 0, 0);
+                tracing::debug!("sock: qp {} NAK psn {psn} syndrome {syndrome}", qp.qpn);
+                qp.fail(None);
+            }
+        }
+    }
+    drop(stream);
+}
+
+impl Responder<'_> {
+    fn serve(&mut self) -> End {
+        loop {
+            if self.pending.is_some() && !self.rd.header_ready() {
+                if let Err(e) = self.flush_ack() {
+                    return e;
+                }
+            }
+            let hb = match self.rd.next_header(&mut RxWatch { qp: self.qp }) {
+                Ok(b) => b,
+                Err(a) => return self.abort(a),
+            };
+            let (h, step) = match self.seq.next(&hb) {
+                Ok(v) => v,
+                Err(e) => return End::Garbage(e.to_string()),
+            };
+            let r = match step {
+                Step::Write {
+                    from,
+                    to,
+                    first,
+                    last,
+                    ..
+                } => self.on_write(&h, first, from, to, last),
+                Step::Read => self.on_read(&h),
+            };
+            if let Err(e) = r {
+                return e;
+            }
+        }
+    }
+
+    fn abort(&self, a: Abort) -> End {
+        match a {
+            Abort::Stop => End::Quiet,
+            Abort::Expired => End::Broken,
+            Abort::Eof | Abort::Io(_) if self.cur.is_some() => End::Broken,
+            Abort::Eof | Abort::Io(_) => End::Quiet,
+        }
+    }
+
+    /// Send one frame (header + `len` bytes at `ptr`).
+    fn send(&self, h: &Header, ptr: usize, len: usize) -> Result<(), End> {
+        let hb = h.to_bytes();
+        let mut iovs = [
+            net::iov(hb.as_ptr(), HEADER_LEN),
+            net::iov(ptr as *const u8, len),
+        ];
+        let n = if len > 0 { 2 } else { 1 };
+        net::sendmsg_all(self.fd, &mut iovs[..n]).map_err(|_| End::Quiet)
+    }
+
+    fn flush_ack(&mut self) -> Result<(), End> {
+        if let Some((psn, done)) = self.pending.take() {
+            self.pending_frames = 0;
+            let mut h = Header::new(Op::Ack);
+            h.psn = psn;
+            if done {
+                h.flags = flags::WR_DONE;
+            }
+            self.send(&h, 0, 0)?;
+        }
+        Ok(())
+    }
+
+    /// The registration `rkey` names, if it grants `access` over `[raddr, raddr+total)`.
+    fn validate(&self, h: &Header, access: Access) -> Result<Option<Arc<MrEntry>>, End> {
+        if h.total == 0 {
+            // Zero-length requests touch no memory and check no key (as in verbs).
+            return Ok(None);
+        }
+        match self.qp.pd.mrs.get(h.rkey) {
+            Some(e) if e.access.contains(access) && e.contains(h.raddr, h.total) => Ok(Some(e)),
+            _ => Err(End::Nak {
+                psn: h.psn,
+                syndrome: syndrome::REMOTE_ACCESS,
+            }),
+        }
+    }
+
+    /// Place payload bytes `[a, b)` of a WRITE (sequence checked by [`RequestSeq`]).
+    fn on_write(&mut self, h: &Header, first: bool, a: u64, b: u64, last: bool) -> Result<(), End> {
+        if first {
+            let mr = self.validate(h, Access::REMOTE_WRITE)?;
+            let end = h.raddr + h.total; // no overflow: checked by decode
+            let tail_start = if h.total >= 8 && end % 8 == 0 {
+                end - 8
+            } else {
+                end
+            };
+            self.cur = Some(WriteCtx {
+                mr,
+                end,
+                total: h.total,
+                tail_start,
+                tail: [0; 8],
+            });
+        }
+        let qp = self.qp;
+        // `RequestSeq` accepted a non-first segment only inside a WRITE.
+        let Some(c) = self.cur.as_mut() else {
+            return Err(End::Garbage(format!("WRITE segment {h:?} outside a WRITE")));
+        };
+        let len = b - a;
+        if len > 0 {
+            let g = qp.place.read();
+            if qp.dead() {
+                return Err(End::Quiet);
+            }
+            let Some(pin) = c.mr.as_ref().and_then(|m| m.pin()) else {
+                // Deregistered between two segments of this WRITE.
+                return Err(End::Nak {
+                    psn: h.psn,
+                    syndrome: syndrome::REMOTE_ACCESS,
+                });
+            };
+            let body_end = b.min(c.tail_start);
+            let mut w = RxWatch { qp };
+            let mut r = Ok(());
+            if a < body_end {
+                // SAFETY: [raddr, raddr+total) was checked to lie inside the pinned
+                // registration with REMOTE_WRITE (validate) and [a, body_end) is inside it;
+                // the pin keeps it registered and `place` (shared) keeps the fence out.
+                r = unsafe {
+                    self.rd
+                        .read_payload(a as *mut u8, (body_end - a) as usize, &mut w)
+                };
+            }
+            if r.is_ok() && b > c.tail_start {
+                let from = a.max(c.tail_start);
+                let off = (from - c.tail_start) as usize;
+                // SAFETY: `off + (b - from) <= 8`: the range is inside the 8-byte tail buffer.
+                r = unsafe {
+                    self.rd
+                        .read_payload(c.tail.as_mut_ptr().add(off), (b - from) as usize, &mut w)
+                };
+            }
+            if r.is_ok() && last && c.tail_start < c.end {
+                // SAFETY: `tail_start` is 8-byte aligned (end % 8 == 0) and the 8 bytes
+                // lie inside the pinned registration (validated); the Release store
+                // publishes every byte placed before it.
+                let word = unsafe { AtomicU64::from_ptr(c.tail_start as *mut u64) };
+                word.store(u64::from_ne_bytes(c.tail), Ordering::Release);
+            }
+            drop(pin);
+            drop(g);
+            if let Err(a) = r {
+                return Err(match a {
+                    Abort::Stop => End::Quiet,
+                    _ => End::Broken,
+                });
+            }
+        }
+        if last {
+            let total = c.total;
+            self.cur = None;
+            if h.has(flags::IMM) {
+                self.deliver_imm(h.imm, total)?;
+            }
+        }
+        self.pending = Some((h.psn, last));
+        self.pending_frames += 1;
+        if self.pending_frames >= ACK_EVERY {
+            self.flush_ack()?;
+        }
+        Ok(())
+    }
+
+    /// Consume a receive for a WRITE_WITH_IMM whose bytes are all placed; wait for one
+    /// (sending keep-alives) while none is posted.
+    fn deliver_imm(&mut self, imm: u32, total: u64) -> Result<(), End> {
+        let qp = self.qp;
+        let mut rq = qp.rq.lock();
+        loop {
+            if qp.dead() {
+                return Err(End::Quiet);
+            }
+            if let Some(id) = rq.pop_front() {
+                qp.push_recv(id, WcStatus::Success, Some(imm), total as u32);
+                return Ok(());
+            }
+            if qp.rq_cv.wait_for(&mut rq, KEEPALIVE).timed_out() && !qp.dead() {
+                let r = parking_lot::MutexGuard::unlocked(&mut rq, || {
+                    self.flush_ack()?;
+                    self.send(&Header::new(Op::KeepAlive), 0, 0)
+                });
+                r?;
+            }
+        }
+    }
+
+    fn on_read(&mut self, h: &Header) -> Result<(), End> {
+        if self.cur.is_some() {
+            return Err(End::Garbage("READ inside a WRITE".into()));
+        }
+        let mr = self.validate(h, Access::REMOTE_READ)?;
+        // The READ_RESP frames acknowledge everything before them.
+        self.pending = None;
+        self.pending_frames = 0;
+        let qp = self.qp;
+        let seg = qp.pd.tun.segment_bytes as u64;
+        let mut off = 0u64;
+        loop {
+            let n = seg.min(h.total - off);
+            let mut r = Header::new(Op::ReadResp);
+            r.psn = h.psn;
+            r.raddr = off;
+            r.total = h.total;
+            r.len = n as u32;
+            if off == 0 {
+                r.flags |= flags::FIRST;
+            }
+            if off + n == h.total {
+                r.flags |= flags::LAST;
+            }
+            if n > 0 {
+                let g = qp.place.read();
+                if qp.dead() {
+                    return Err(End::Quiet);
+                }
+                let Some(pin) = mr.as_ref().and_then(|m| m.pin()) else {
+                    return Err(End::Nak {
+                        psn: h.psn,
+                        syndrome: syndrome::REMOTE_ACCESS,
+                    });
+                };
+                // The payload is read by sendmsg from [raddr+off, +n), inside the pinned
+                // registration with REMOTE_READ (validate).
+                let res = self.send(&r, (h.raddr + off) as usize, n as usize);
+                drop(pin);
+                drop(g);
+                res?;
+            } else {
+                self.send(&r, 0, 0)?;
+            }
+            off += n;
+            if off == h.total {
+                return Ok(());
+            }
+        }
+    }
+}

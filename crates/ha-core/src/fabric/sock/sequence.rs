@@ -1,0 +1,295 @@
+//! Pure decoding of a request stream (what a responder reads off its inbound TCP stream):
+//! header bytes → a checked [`Header`] → a [`Step`] that says which bytes of which WRITE the
+//! frame's payload is, or that it is a READ request. No I/O and no memory access: the
+//! responder validates keys and ranges against its registrations on a WRITE's first segment
+//! (the whole `[raddr, raddr + total)` range) and then places exactly `[from, to)`.
+//!
+//! Rules beyond [`Header::decode`]: only requests (WRITE, READ_REQ) travel on this stream;
+//! PSNs are consecutive; a WRITE's segments are contiguous, in ascending order, with the same
+//! `total`, the `LAST` flag exactly on the segment that ends it, and no empty segment but a
+//! zero-length WRITE's only one; nothing else starts inside a WRITE.
+
+use super::wire::{flags, Header, Op, WireError, HEADER_LEN, MAX_SEGMENT_BYTES};
+
+/// Why a request stream is refused (the queue pair goes to ERR).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("reply {0:?} on a request stream")]
+    Reply(Op),
+    #[error("psn {got} expected {expected}")]
+    Psn { got: u32, expected: u32 },
+    #[error("WRITE FIRST inside a WRITE")]
+    NestedWrite,
+    #[error("READ inside a WRITE")]
+    ReadInWrite,
+    #[error("WRITE segment {0:?} out of order")]
+    OutOfOrder(Header),
+    #[error("WRITE segment {0:?} does not fit")]
+    DoesNotFit(Header),
+}
+
+/// What one frame of a request stream asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Payload bytes `[from, to)` (the frame's `len` bytes) of the WRITE `[start, end)`.
+    /// `first`: the WRITE starts here (validate `[start, end)` now); `last`: it ends here.
+    Write {
+        start: u64,
+        end: u64,
+        from: u64,
+        to: u64,
+        first: bool,
+        last: bool,
+    },
+    /// A READ request of `total` bytes at `raddr` (no payload follows).
+    Read,
+}
+
+/// The WRITE in progress: `[start, end)`, placed up to `next`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    start: u64,
+    next: u64,
+    end: u64,
+    total: u64,
+}
+
+/// Sequencing state of one request stream.
+#[derive(Clone, Debug, Default)]
+pub struct RequestSeq {
+    expected_psn: u32,
+    write: Option<Span>,
+}
+
+impl RequestSeq {
+    pub fn new() -> RequestSeq {
+        RequestSeq::default()
+    }
+
+    #[cfg(test)]
+    /// Whether a WRITE is partly received.
+    pub(crate) fn in_write(&self) -> bool {
+        self.write.is_some()
+    }
+
+    /// Decode the next frame header and check it against the stream so far. After an
+    /// error the stream is dead (the state is left as it was).
+    pub fn next(&mut self, hb: &[u8]) -> Result<(Header, Step), StreamError> {
+        let h = Header::decode(hb, MAX_SEGMENT_BYTES)?;
+        if !h.op.is_request() {
+            return Err(StreamError::Reply(h.op));
+        }
+        if h.psn != self.expected_psn {
+            return Err(StreamError::Psn {
+                got: h.psn,
+                expected: self.expected_psn,
+            });
+        }
+        let step = match h.op {
+            Op::Write => self.write_segment(&h)?,
+            _ => {
+                if self.write.is_some() {
+                    return Err(StreamError::ReadInWrite);
+                }
+                Step::Read
+            }
+        };
+        self.expected_psn = h.psn.wrapping_add(1);
+        Ok((h, step))
+    }
+
+    fn write_segment(&mut self, h: &Header) -> Result<Step, StreamError> {
+        let first = h.has(flags::FIRST);
+        let span = if first {
+            if self.write.is_some() {
+                return Err(StreamError::NestedWrite);
+            }
+            // No overflow: checked by `Header::decode`.
+            let end = h.raddr + h.total;
+            Span {
+                start: h.raddr,
+                next: h.raddr,
+                end,
+                total: h.total,
+            }
+        } else {
+            match self.write {
+                Some(s) if s.next == h.raddr && s.total == h.total => s,
+                _ => return Err(StreamError::OutOfOrder(*h)),
+            }
+        };
+        let len = h.len as u64;
+        let rest = span.end - span.next;
+        let last = len == rest;
+        if len > rest || last != h.has(flags::LAST) || (!last && len == 0) {
+            return Err(StreamError::DoesNotFit(*h));
+        }
+        let from = span.next;
+        let to = from + len;
+        self.write = (!last).then_some(Span { next: to, ..span });
+        Ok(Step::Write {
+            start: span.start,
+            end: span.end,
+            from,
+            to,
+            first,
+            last,
+        })
+    }
+}
+
+/// Split a recorded request stream (headers followed by their payloads) into frames:
+/// `(header, step, payload)` for each frame that was accepted, then the error that ended it
+/// (or `None` when the bytes ran out, a partial frame at the end being left unread).
+#[allow(clippy::type_complexity)]
+pub fn decode_stream(bytes: &[u8]) -> (Vec<(Header, Step, &[u8])>, Option<StreamError>) {
+    let mut seq = RequestSeq::new();
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while bytes.len() - at >= HEADER_LEN {
+        let (h, step) = match seq.next(&bytes[at..at + HEADER_LEN]) {
+            Ok(v) => v,
+            Err(e) => return (out, Some(e)),
+        };
+        at += HEADER_LEN;
+        let n = match step {
+            Step::Write { .. } => h.len as usize,
+            Step::Read => 0,
+        };
+        if bytes.len() - at < n {
+            break;
+        }
+        out.push((h, step, &bytes[at..at + n]));
+        at += n;
+    }
+    (out, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(psn: u32, fl: u8, raddr: u64, total: u64, len: u32) -> [u8; HEADER_LEN] {
+        let mut h = Header::new(Op::Write);
+        h.flags = fl;
+        h.psn = psn;
+        h.raddr = raddr;
+        h.total = total;
+        h.len = len;
+        h.to_bytes()
+    }
+
+    #[test]
+    fn segments_in_order_are_accepted() {
+        let mut s = RequestSeq::new();
+        let (_, st) = s.next(&write(0, flags::FIRST, 0x1000, 100, 60)).unwrap();
+        assert_eq!(
+            st,
+            Step::Write {
+                start: 0x1000,
+                end: 0x1064,
+                from: 0x1000,
+                to: 0x103c,
+                first: true,
+                last: false
+            }
+        );
+        assert!(s.in_write());
+        let (_, st) = s.next(&write(1, flags::LAST, 0x103c, 100, 40)).unwrap();
+        assert!(matches!(
+            st,
+            Step::Write {
+                from: 0x103c,
+                to: 0x1064,
+                last: true,
+                first: false,
+                ..
+            }
+        ));
+        assert!(!s.in_write());
+        // A zero-length WRITE is one empty FIRST|LAST segment.
+        let (_, st) = s
+            .next(&write(2, flags::FIRST | flags::LAST, 0, 0, 0))
+            .unwrap();
+        assert!(matches!(
+            st,
+            Step::Write {
+                from: 0,
+                to: 0,
+                last: true,
+                ..
+            }
+        ));
+        let mut r = Header::new(Op::ReadReq);
+        r.psn = 3;
+        r.total = 8;
+        r.raddr = 8;
+        assert_eq!(s.next(&r.to_bytes()).unwrap().1, Step::Read);
+    }
+
+    #[test]
+    fn misordered_streams_are_refused() {
+        let mut s = RequestSeq::new();
+        assert_eq!(
+            s.next(&write(5, flags::FIRST | flags::LAST, 0, 8, 8)),
+            Err(StreamError::Psn {
+                got: 5,
+                expected: 0
+            })
+        );
+        s.next(&write(0, flags::FIRST, 0x1000, 100, 10)).unwrap();
+        // Gap, wrong total, nested FIRST, READ inside, LAST too early, empty middle segment.
+        assert!(matches!(
+            s.clone().next(&write(1, 0, 0x100b, 100, 10)),
+            Err(StreamError::OutOfOrder(_))
+        ));
+        assert!(matches!(
+            s.clone().next(&write(1, 0, 0x100a, 101, 10)),
+            Err(StreamError::OutOfOrder(_))
+        ));
+        assert_eq!(
+            s.clone().next(&write(1, flags::FIRST, 0x100a, 100, 10)),
+            Err(StreamError::NestedWrite)
+        );
+        let mut r = Header::new(Op::ReadReq);
+        r.psn = 1;
+        assert_eq!(s.clone().next(&r.to_bytes()), Err(StreamError::ReadInWrite));
+        assert!(matches!(
+            s.clone().next(&write(1, flags::LAST, 0x100a, 100, 10)),
+            Err(StreamError::DoesNotFit(_))
+        ));
+        assert!(matches!(
+            s.clone().next(&write(1, 0, 0x100a, 100, 0)),
+            Err(StreamError::DoesNotFit(_))
+        ));
+        assert_eq!(
+            s.clone().next(&Header::new(Op::Ack).to_bytes()),
+            Err(StreamError::Reply(Op::Ack))
+        );
+        // A segment that does not start a WRITE when none is open.
+        let mut fresh = RequestSeq::new();
+        assert!(matches!(
+            fresh.next(&write(0, flags::LAST, 0, 8, 8)),
+            Err(StreamError::OutOfOrder(_))
+        ));
+    }
+
+    #[test]
+    fn decode_stream_skips_payloads() {
+        let mut bytes = write(0, flags::FIRST, 64, 16, 8).to_vec();
+        bytes.extend_from_slice(&[1; 8]);
+        bytes.extend_from_slice(&write(1, flags::LAST, 72, 16, 8));
+        bytes.extend_from_slice(&[2; 8]);
+        bytes.extend_from_slice(&[0xff; HEADER_LEN]);
+        let (frames, err) = decode_stream(&bytes);
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[0].2, &[1; 8]);
+        assert_eq!(frames[1].2, &[2; 8]);
+        assert!(matches!(
+            err,
+            Some(StreamError::Wire(WireError::UnknownOp(0xff)))
+        ));
+    }
+}

@@ -1,0 +1,56 @@
+//! Errors of connection drivers, with the class the API maps to an `ncclResult_t`.
+
+use crate::fabric::FabricError;
+use ha_proto::data::{ErrorClass, ProtoError};
+use ha_proto::handshake::HandshakeError;
+use ha_proto::wire::WireError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+    #[error("fabric: {0}")]
+    Fabric(#[from] FabricError),
+    #[error("handshake with {peer}: {source}")]
+    Handshake {
+        peer: String,
+        #[source]
+        source: HandshakeError,
+    },
+    #[error("bad connect handle: {0}")]
+    Handle(#[source] WireError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("handshake with {0} did not finish within the timeout")]
+    Timeout(String),
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl Error {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::Proto(e) => e.class(),
+            Error::Fabric(FabricError::InvalidArgument(_)) => ErrorClass::Argument,
+            Error::Fabric(FabricError::BadPeerAddress(_)) => ErrorClass::Remote,
+            Error::Fabric(_) => ErrorClass::System,
+            Error::Handshake { .. } | Error::Timeout(_) => ErrorClass::Remote,
+            Error::Handle(_) => ErrorClass::Argument,
+            Error::Io { .. } => ErrorClass::Remote,
+            Error::Usage(_) => ErrorClass::Usage,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,137 @@
+//! Re-arming a failed path: the sender offers a fresh queue pair on the failed path's device
+//! over the active path (`Rearm`), the receiver answers with its own (`RearmAck`), both
+//! connect them, and the path comes back as an unverified standby that the next completion
+//! on it verifies. Retried after the hold-down while the port is up and the answer missing.
+
+use super::Link;
+use crate::transport::path::Path;
+use ha_proto::data::layout::{CtrlKind, CtrlMsg};
+use ha_proto::handshake::PathParams;
+use std::time::Instant;
+
+impl Link {
+    pub(super) fn maybe_rearm(&mut self, now: Instant) {
+        if !self.cfg.failback || self.paths.len() < 2 {
+            return;
+        }
+        if let Some((_, _, sent)) = &self.rearm {
+            if now.duration_since(*sent) > self.cfg.rearm_hold * 2 + self.cfg.rto {
+                self.rearm = None; // no answer: try again after the hold-down
+                self.last_failure = Some(now);
+            }
+            return;
+        }
+        let Some(d) = (0..self.paths.len()).find(|&i| !self.usable(i)) else {
+            return;
+        };
+        if self
+            .last_failure
+            .is_some_and(|t| now.duration_since(t) < self.cfg.rearm_hold)
+            || !self.holds[d]
+                .engine()
+                .fabric()
+                .port_healthy(self.holds[d].dev.dev)
+        {
+            return; // hold-down, or the port is still down (PORT_ACTIVE not seen yet)
+        }
+        self.last_failure = Some(now);
+        let started =
+            Path::open(self.holds[d].clone_lease(), self.cfg.traffic_class).and_then(|p| {
+                let msg = CtrlMsg {
+                    kind: CtrlKind::Rearm,
+                    epoch: self.epoch,
+                    a: d as u64,
+                    b: 0,
+                    endpoint: p.qp.local_endpoint(),
+                };
+                let a = self.active;
+                self.send_ctrl(a, &msg).map(|_| p)
+            });
+        match started {
+            Ok(p) => self.rearm = Some((d, p, now)),
+            Err(e) => tracing::info!(
+                "NET/HA : {}: re-arm of path {d} not started: {e}",
+                self.name
+            ),
+        }
+    }
+
+    /// Receiver: the sender offers a new queue pair for path `msg.a`; answer with ours.
+    pub fn on_rearm(&mut self, msg: &CtrlMsg) {
+        let d = msg.a as usize;
+        if d >= self.paths.len() || d == self.active {
+            return;
+        }
+        let peer = PathParams {
+            endpoint: msg.endpoint.clone(),
+            rkey: self.peer_rkeys[d],
+            dev: self.holds[d].dev.dev as u16,
+        };
+        let built =
+            Path::open(self.holds[d].clone_lease(), self.cfg.traffic_class).and_then(|mut p| {
+                p.connect(&peer)?;
+                Ok(p)
+            });
+        match built {
+            Ok(p) => {
+                let ack = CtrlMsg {
+                    kind: CtrlKind::RearmAck,
+                    epoch: self.epoch,
+                    a: d as u64,
+                    b: 0,
+                    endpoint: p.qp.local_endpoint(),
+                };
+                self.retire(d);
+                self.paths[d] = Some(p);
+                self.rearmed.push(d);
+                let a = self.active;
+                if let Err(e) = self.send_ctrl(a, &ack) {
+                    tracing::warn!("NET/HA : {}: re-arm answer not sent: {e}", self.name);
+                }
+                tracing::debug!(
+                    "NET/HA : {}: path {d}: new queue pair, verifying",
+                    self.name
+                );
+            }
+            Err(e) => tracing::info!("NET/HA : {}: re-arm of path {d} refused: {e}", self.name),
+        }
+    }
+
+    /// Sender: the receiver's queue pair for the path being re-armed.
+    pub fn on_rearm_ack(&mut self, msg: &CtrlMsg) {
+        let Some((d, mut p, _)) = self.rearm.take() else {
+            return;
+        };
+        if d != msg.a as usize {
+            return;
+        }
+        let peer = PathParams {
+            endpoint: msg.endpoint.clone(),
+            rkey: self.peer_rkeys[d],
+            dev: self.holds[d].dev.dev as u16,
+        };
+        match p.connect(&peer) {
+            Ok(()) => {
+                self.retire(d);
+                self.paths[d] = Some(p);
+                self.rearmed.push(d);
+                tracing::debug!(
+                    "NET/HA : {}: path {d}: new queue pair, verifying",
+                    self.name
+                );
+            }
+            Err(e) => {
+                self.last_failure = Some(Instant::now());
+                tracing::info!("NET/HA : {}: re-arm of path {d} failed: {e}", self.name);
+            }
+        }
+    }
+
+    /// Fold a path's counters into the stats before it goes.
+    fn retire(&mut self, i: usize) {
+        if let Some(p) = self.paths[i].take() {
+            self.stats.bytes[i.min(1)] += p.bytes;
+            self.stats.wrs[i.min(1)] += p.wrs;
+        }
+    }
+}

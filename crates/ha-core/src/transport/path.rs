@@ -1,0 +1,214 @@
+//! One path of a connection: a queue pair on a leased device, the route of its completions,
+//! a pool of pre-posted receives (immediates of data and control messages), the signaled work
+//! requests still outstanding (for draining after a fence and for the soft timeout), and
+//! zero-length probe writes (standby heartbeat, keep-alive of a waiting connection).
+//! Dropping a path fences its queue pair first.
+
+use crate::engine::{DeviceRes, Lease, Route};
+use crate::fabric::{Completion, QpCaps, QueuePair, Result as FabricResult, SendOp, SendWr, Sge};
+use ha_proto::data::layout::{decode_wr_id, wr_id, WrKind};
+use ha_proto::handshake::PathParams;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Work-request budget per queue pair: 32 receives × 8 buffers of payload writes plus the
+/// records, clear-to-sends, probes and a replay, with headroom.
+pub const QP_CAPS: QpCaps = QpCaps {
+    max_send_wr: 1024,
+    max_recv_wr: 256,
+    traffic_class: None,
+};
+
+/// Receives kept posted on every path (at most 32 data immediates are in flight).
+pub const RECV_POOL: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Connected, no probe answered yet.
+    Unverified,
+    /// A probe or data completed on it.
+    Healthy,
+    /// Fenced (in ERR): never used again; re-armed with a new queue pair.
+    Failed,
+}
+
+pub struct Path {
+    // Field order is drop order: the queue pair goes (fenced) before its route and lease.
+    pub qp: Box<dyn QueuePair>,
+    pub route: Route,
+    pub lease: Lease,
+    pub health: Health,
+    /// Key of the peer's remotely written region on this path's device.
+    pub peer_rkey: u32,
+    outstanding: VecDeque<(u64, Instant)>,
+    recvs: usize,
+    recv_seq: u64,
+    probes: u64,
+    probe_outstanding: bool,
+    last_probe: Option<Instant>,
+    /// Bytes and work requests posted on this path.
+    pub bytes: u64,
+    pub wrs: u64,
+}
+
+impl Path {
+    /// A queue pair in INIT on `lease`'s device, routed to a fresh inbox, receives posted;
+    /// `traffic_class` `None` leaves the fabric's default.
+    pub fn open(lease: Lease, traffic_class: Option<u8>) -> FabricResult<Path> {
+        let caps = QpCaps {
+            traffic_class,
+            ..QP_CAPS
+        };
+        let qp = lease.dev.pd.create_qp(&lease.dev.cq, caps)?;
+        let route = lease.route(qp.qp_num());
+        qp.to_init()?;
+        let mut p = Path {
+            qp,
+            route,
+            lease,
+            health: Health::Unverified,
+            peer_rkey: 0,
+            outstanding: VecDeque::new(),
+            recvs: 0,
+            recv_seq: 0,
+            probes: 0,
+            probe_outstanding: false,
+            last_probe: None,
+            bytes: 0,
+            wrs: 0,
+        };
+        p.refill()?;
+        Ok(p)
+    }
+
+    /// Connect to the peer's queue pair of the same path (RTR, RTS).
+    pub fn connect(&mut self, peer: &PathParams) -> FabricResult<()> {
+        self.qp.to_rtr(&peer.endpoint)?;
+        self.qp.to_rts()?;
+        self.peer_rkey = peer.rkey;
+        Ok(())
+    }
+
+    pub fn device(&self) -> &Arc<DeviceRes> {
+        &self.lease.dev
+    }
+
+    /// Post send work requests; the last one must be signaled (so draining can be observed).
+    pub fn post(&mut self, wrs: &[SendWr]) -> FabricResult<()> {
+        debug_assert!(wrs.last().is_some_and(|w| w.signaled));
+        self.qp.post_send(wrs)?;
+        let now = Instant::now();
+        for w in wrs {
+            self.bytes += w.local.len as u64;
+            self.wrs += 1;
+            if w.signaled {
+                self.outstanding.push_back((w.wr_id, now));
+            }
+        }
+        Ok(())
+    }
+
+    /// Keep [`RECV_POOL`] receives posted.
+    pub(crate) fn refill(&mut self) -> FabricResult<()> {
+        while self.recvs < RECV_POOL {
+            self.recv_seq += 1;
+            self.qp.post_recv(wr_id(WrKind::Recv, self.recv_seq, 0))?;
+            self.recvs += 1;
+        }
+        Ok(())
+    }
+
+    /// Account a send-side completion (success or error).
+    pub fn on_send_completion(&mut self, c: &Completion) {
+        if self
+            .outstanding
+            .front()
+            .is_some_and(|(id, _)| *id == c.wr_id)
+        {
+            self.outstanding.pop_front();
+        } else if let Some(i) = self.outstanding.iter().position(|(id, _)| *id == c.wr_id) {
+            // Completions are in order per queue pair; anything before it is gone too.
+            self.outstanding.drain(..=i);
+        }
+        if decode_wr_id(c.wr_id).0 == Some(WrKind::Probe) {
+            self.probe_outstanding = false;
+        }
+        if c.status.is_ok() && self.health == Health::Unverified {
+            self.health = Health::Healthy;
+        }
+    }
+
+    /// Account a receive completion; re-posts while the path is usable.
+    pub fn on_recv_completion(&mut self, c: &Completion) -> FabricResult<()> {
+        self.recvs = self.recvs.saturating_sub(1);
+        if c.status.is_ok() && self.health == Health::Unverified {
+            self.health = Health::Healthy;
+        }
+        if self.health != Health::Failed {
+            self.refill()?;
+        }
+        Ok(())
+    }
+
+    /// Nothing of this path is still to complete (after a fence: it is fully flushed).
+    pub fn drained(&self) -> bool {
+        self.outstanding.is_empty() && self.recvs == 0
+    }
+
+    /// The oldest signaled work request has waited longer than `rto`.
+    pub fn stalled(&self, now: Instant, rto: Duration) -> bool {
+        self.outstanding
+            .front()
+            .is_some_and(|(_, t)| now.duration_since(*t) > rto)
+    }
+
+    /// Fence: ERR, so nothing more is placed through this queue pair; everything posted
+    /// completes (flushed).
+    pub fn fence(&mut self) {
+        self.health = Health::Failed;
+        let _ = self.qp.to_err();
+    }
+
+    /// A probe is due: usable, idle, none in flight, and `interval` since the last one.
+    pub fn probe_due(&self, now: Instant, interval: Duration) -> bool {
+        self.health != Health::Failed
+            && !self.probe_outstanding
+            && self
+                .last_probe
+                .is_none_or(|t| now.duration_since(t) >= interval)
+    }
+
+    /// A zero-length RDMA WRITE to the peer's region: acknowledged by a live peer, an error
+    /// completion otherwise.
+    pub fn probe(&mut self, peer_addr: u64) -> FabricResult<()> {
+        self.probes += 1;
+        self.probe_outstanding = true;
+        self.last_probe = Some(Instant::now());
+        let id = wr_id(WrKind::Probe, self.probes, 0);
+        self.post(&[SendWr {
+            wr_id: id,
+            op: SendOp::Write,
+            local: Sge {
+                addr: 0,
+                len: 0,
+                lkey: 0,
+            },
+            remote_addr: peer_addr,
+            rkey: self.peer_rkey,
+            signaled: true,
+        }])
+    }
+
+    /// Whether `qpn` is this path's queue pair.
+    pub fn owns(&self, qpn: u32) -> bool {
+        self.qp.qp_num() == qpn
+    }
+}
+
+impl Drop for Path {
+    fn drop(&mut self) {
+        // Fence: after this no byte is placed through this queue pair.
+        let _ = self.qp.to_err();
+    }
+}

@@ -1,0 +1,222 @@
+//! Receive side of an established connection: the `RecvSide` machine on a multi-path `Link`.
+//! On a failover it fences and drains the old path — after which it knows exactly which
+//! sequence numbers were delivered — re-posts the open clear-to-sends with the new path's
+//! keys, and tells the sender `Switch{delivered, posted}`.
+
+use super::error::{Error, Result};
+use super::link::{Event, Link, Phase};
+use super::mr::MrHandle;
+use crate::fabric::{SendOp, SendWr, Sge, WcStatus};
+use ha_proto::data::layout::{
+    CtrlKind, CtrlMsg, CtsEntry, CTS_SLOT_BYTES, CTS_SLOT_WORDS, FIFO_DEPTH,
+};
+use ha_proto::data::recv::RecvSide;
+use ha_proto::data::ReqId;
+use std::sync::Arc;
+
+/// One buffer of a (multi-)receive.
+pub struct RecvArg<'a> {
+    pub addr: usize,
+    pub size: usize,
+    pub tag: i32,
+    pub mr: &'a Arc<MrHandle>,
+}
+
+pub struct RecvComm {
+    pub(crate) link: Link,
+    pub(crate) machine: RecvSide,
+    /// Registrations of each FIFO slot's buffers (re-keyed on a failover).
+    slot_mrs: Vec<Vec<Arc<MrHandle>>>,
+}
+
+impl RecvComm {
+    pub(crate) fn new(link: Link) -> RecvComm {
+        RecvComm {
+            link,
+            machine: RecvSide::new(),
+            slot_mrs: vec![Vec::new(); FIFO_DEPTH],
+        }
+    }
+
+    /// Post a receive of 1..=8 buffers; `Ok(None)` when 32 are already outstanding or a
+    /// failover is in progress: try later.
+    pub fn irecv(&mut self, bufs: &[RecvArg]) -> Result<Option<ReqId>> {
+        self.pump();
+        if let Some(e) = self.machine.failure() {
+            return Err(e.clone().into());
+        }
+        if !matches!(self.link.phase, Phase::Normal) {
+            return Ok(None);
+        }
+        let a = self.link.active;
+        let dev = self.link.path(a).device().clone();
+        let mut entries = Vec::with_capacity(bufs.len());
+        for b in bufs {
+            if b.size > 0 && !b.mr.contains(b.addr, b.size) {
+                return Err(Error::Usage(format!(
+                    "receive buffer {:#x}+{} lies outside its registration {:#x}+{}",
+                    b.addr, b.size, b.mr.addr, b.mr.len
+                )));
+            }
+            entries.push(CtsEntry {
+                addr: b.addr as u64,
+                size: b.size as u64,
+                rkey: b.mr.keys_for(&dev)?.rkey,
+                tag: b.tag,
+            });
+        }
+        let Some((id, p)) = self.machine.post(&entries)? else {
+            return Ok(None);
+        };
+        self.slot_mrs[p.slot] = bufs.iter().map(|b| b.mr.clone()).collect();
+        self.post_cts(a, p.seq, p.slot, &p.cts);
+        Ok(Some(id))
+    }
+
+    fn post_cts(&mut self, path: usize, seq: u64, slot: usize, cts: &[u64; CTS_SLOT_WORDS]) {
+        let base = slot * CTS_SLOT_WORDS;
+        for (i, w) in cts.iter().enumerate() {
+            self.link.stage.words.store(base + i, *w);
+        }
+        let lkey = self.link.stage.keys(path).lkey;
+        let local = self.link.stage.addr() + slot * CTS_SLOT_BYTES;
+        let remote = self.link.peer_addr + (slot * CTS_SLOT_BYTES) as u64;
+        let p = self.link.path_mut(path);
+        let wr = SendWr {
+            wr_id: ha_proto::data::layout::wr_id(ha_proto::data::layout::WrKind::Cts, seq, 0),
+            op: SendOp::Write,
+            local: Sge {
+                addr: local,
+                len: CTS_SLOT_BYTES,
+                lkey,
+            },
+            remote_addr: remote,
+            rkey: p.peer_rkey,
+            signaled: true,
+        };
+        if let Err(e) = p.post(&[wr]) {
+            let ev = self.link.path_error(
+                path,
+                WcStatus::LocQpOpErr,
+                format!("posting a clear-to-send: {e}"),
+            );
+            self.on_event(ev);
+        }
+    }
+
+    /// `Ok(Some(sizes))` once the receive completed.
+    pub fn test(&mut self, id: ReqId) -> Result<Option<Vec<u64>>> {
+        self.pump();
+        let r = self.machine.test(id)?;
+        // Waiting for data: make sure the sender is still there.
+        let ev = self.link.keepalive(r.is_none());
+        self.on_event(ev);
+        Ok(r)
+    }
+
+    fn pump(&mut self) {
+        for ev in self.link.pump() {
+            self.on_event(ev);
+        }
+        self.advance_failover();
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Data(c) => self.machine.on_completion(&c, &self.link.region.words),
+            Event::Ctrl(m) => self.on_ctrl(m),
+            Event::Fatal(e) => self.machine.fail(e),
+            Event::Nothing => {}
+        }
+    }
+
+    fn on_ctrl(&mut self, m: CtrlMsg) {
+        match m.kind {
+            CtrlKind::SwitchReq
+                if m.epoch == self.link.epoch && matches!(self.link.phase, Phase::Normal) =>
+            {
+                let ev = self.link.peer_failover();
+                self.on_event(ev);
+            }
+            CtrlKind::Rearm => self.link.on_rearm(&m),
+            _ => tracing::debug!("NET/HA : {}: ignored control {:?}", self.link.name, m),
+        }
+    }
+
+    fn advance_failover(&mut self) {
+        let Phase::Failing(f) = &self.link.phase else {
+            return;
+        };
+        let f = f.clone();
+        let drained = self.link.paths[f.from].as_ref().is_none_or(|p| p.drained())
+            || f.since.elapsed() > self.link.cfg.drain_watchdog();
+        if !drained {
+            return;
+        }
+        // The old path is fenced and flushed: `delivered` is final. Re-post what is open with
+        // the new path's keys, then tell the sender.
+        let dev = self.link.path(f.to).device().clone();
+        let open = self.machine.open_requests();
+        for (seq, slot, entries) in &open {
+            let mut rekeyed = entries.clone();
+            for (i, e) in rekeyed.iter_mut().enumerate() {
+                match self.slot_mrs[*slot].get(i).map(|m| m.keys_for(&dev)) {
+                    Some(Ok(k)) => e.rkey = k.rkey,
+                    _ => {
+                        self.machine.fail(ha_proto::data::ProtoError::Failed {
+                            status: WcStatus::LocProtErr,
+                            what: "registering a receive buffer on the new path",
+                        });
+                        return;
+                    }
+                }
+            }
+            let cts = RecvSide::repost(*seq, &rekeyed);
+            self.post_cts(f.to, *seq, *slot, &cts);
+        }
+        let msg = CtrlMsg {
+            kind: CtrlKind::Switch,
+            epoch: self.link.epoch,
+            a: self.machine.delivered(),
+            b: self.machine.posted_upto(),
+            endpoint: Vec::new(),
+        };
+        if let Err(e) = self.link.send_ctrl(f.to, &msg) {
+            let ev =
+                self.link
+                    .path_error(f.to, WcStatus::LocQpOpErr, format!("switch message: {e}"));
+            self.on_event(ev);
+            return;
+        }
+        self.link.finish_switch(f.to, open.len());
+    }
+
+    pub fn device_res(&self) -> &Arc<crate::engine::DeviceRes> {
+        self.link.path(self.link.active).device()
+    }
+
+    pub fn devices(&self) -> Vec<Arc<crate::engine::DeviceRes>> {
+        self.link
+            .paths
+            .iter()
+            .flatten()
+            .map(|p| p.device().clone())
+            .collect()
+    }
+
+    /// Completions dropped as duplicates.
+    pub fn duplicates(&self) -> u64 {
+        self.machine.duplicates()
+    }
+
+    pub fn stats(&self) -> &super::stats::Stats {
+        &self.link.stats
+    }
+}
+
+impl Drop for RecvComm {
+    fn drop(&mut self) {
+        let d = self.machine.duplicates();
+        self.link.report(d);
+    }
+}

@@ -1,0 +1,257 @@
+//! Send side of an established connection: the `SendSide` machine on a multi-path `Link`.
+//! On a failover it fences and drains the old path, asks the receiver what it delivered (or
+//! hears it first), then replays the undelivered sends on the new path.
+
+use super::error::{Error, Result};
+use super::link::{Event, Link, Phase};
+use super::mr::MrHandle;
+use crate::fabric::{SendOp, SendWr, Sge};
+use ha_proto::data::layout::{CtrlKind, CtrlMsg, FIFO_DEPTH, RECORD_BYTES, RECORD_WORDS};
+use ha_proto::data::send::{SendArgs, SendBatch, SendSide};
+use ha_proto::data::ReqId;
+use std::sync::Arc;
+
+pub struct SendComm {
+    pub(crate) link: Link,
+    pub(crate) machine: SendSide,
+    /// Registrations of the sends of each FIFO slot's current group (for a replay).
+    slot_mrs: Vec<(u64, Vec<Arc<MrHandle>>)>,
+}
+
+impl SendComm {
+    pub(crate) fn new(link: Link) -> SendComm {
+        SendComm {
+            link,
+            machine: SendSide::new(),
+            slot_mrs: vec![(0, Vec::new()); FIFO_DEPTH],
+        }
+    }
+
+    /// Post a send of `[addr, addr+size)`; `Ok(None)` when the receiver has not posted yet
+    /// (or a failover is in progress): try later.
+    pub fn isend(
+        &mut self,
+        addr: usize,
+        size: usize,
+        tag: i32,
+        mr: &Arc<MrHandle>,
+    ) -> Result<Option<ReqId>> {
+        self.pump();
+        if let Some(e) = self.machine.failure() {
+            return Err(e.clone().into());
+        }
+        if !matches!(self.link.phase, Phase::Normal) {
+            return Ok(None);
+        }
+        if size > 0 && !mr.contains(addr, size) {
+            return Err(Error::Usage(format!(
+                "send buffer {addr:#x}+{size} lies outside its registration {:#x}+{}",
+                mr.addr, mr.len
+            )));
+        }
+        let a = self.link.active;
+        let lkey = mr.keys_for(self.link.path(a).device())?.lkey;
+        let seq = self.machine.posted_upto() + 1;
+        let args = SendArgs {
+            addr: addr as u64,
+            size: size as u64,
+            tag,
+            lkey,
+        };
+        match self.machine.isend(&self.link.region.words, args)? {
+            None => {
+                // No receive posted yet: make sure the peer is still there.
+                let ev = self.link.keepalive(true);
+                self.on_event(ev);
+                Ok(None)
+            }
+            Some((id, batch)) => {
+                let _ = self.link.keepalive(false);
+                let slot = &mut self.slot_mrs[(seq % FIFO_DEPTH as u64) as usize];
+                if slot.0 != seq {
+                    *slot = (seq, Vec::new());
+                }
+                slot.1.push(mr.clone());
+                if let Some(b) = batch {
+                    self.post(a, &b);
+                }
+                Ok(Some(id))
+            }
+        }
+    }
+
+    /// Post `b` on path `p`; a failure to post is a failure of that path (the group stays
+    /// posted in the machine and is replayed if the connection fails over).
+    fn post(&mut self, p: usize, b: &SendBatch) {
+        let slot = b.slot();
+        for (i, w) in b.record.iter().enumerate() {
+            self.link.stage.words.store(slot * RECORD_WORDS + i, *w);
+        }
+        let stage_lkey = self.link.stage.keys(p).lkey;
+        let stage_addr = self.link.stage.addr();
+        let peer = self.link.peer_addr;
+        let path = self.link.path_mut(p);
+        let mut wrs: Vec<SendWr> = b
+            .writes
+            .iter()
+            .map(|w| SendWr {
+                wr_id: w.wr_id,
+                op: SendOp::Write,
+                local: Sge {
+                    addr: w.local_addr as usize,
+                    len: w.len as usize,
+                    lkey: w.lkey,
+                },
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+                signaled: false,
+            })
+            .collect();
+        wrs.push(SendWr {
+            wr_id: b.record_wr_id,
+            op: SendOp::WriteWithImm(b.imm()),
+            local: Sge {
+                addr: stage_addr + slot * RECORD_BYTES,
+                len: RECORD_BYTES,
+                lkey: stage_lkey,
+            },
+            remote_addr: peer + (slot * RECORD_BYTES) as u64,
+            rkey: path.peer_rkey,
+            signaled: true,
+        });
+        if let Err(e) = path.post(&wrs) {
+            let ev = self.link.path_error(
+                p,
+                crate::fabric::WcStatus::LocQpOpErr,
+                format!("posting payload writes: {e}"),
+            );
+            self.on_event(ev);
+        }
+    }
+
+    /// `Ok(Some(size))` once the send completed.
+    pub fn test(&mut self, id: ReqId) -> Result<Option<u64>> {
+        self.pump();
+        Ok(self.machine.test(id)?)
+    }
+
+    /// Drain completions, run the periodic duties, advance a failover.
+    fn pump(&mut self) {
+        for ev in self.link.pump() {
+            self.on_event(ev);
+        }
+        self.advance_failover();
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Data(c) => self.machine.on_completion(&c),
+            Event::Ctrl(m) => self.on_ctrl(m),
+            Event::Fatal(e) => self.machine.fail(e),
+            Event::Nothing => {}
+        }
+    }
+
+    fn on_ctrl(&mut self, m: CtrlMsg) {
+        match m.kind {
+            CtrlKind::Switch if m.epoch == self.link.epoch => {
+                if matches!(self.link.phase, Phase::Normal) {
+                    let ev = self.link.peer_failover();
+                    self.on_event(ev);
+                }
+                if let Phase::Failing(f) = &mut self.link.phase {
+                    f.switch = Some(m.a);
+                }
+            }
+            CtrlKind::RearmAck => self.link.on_rearm_ack(&m),
+            _ => tracing::debug!("NET/HA : {}: ignored control {:?}", self.link.name, m),
+        }
+    }
+
+    fn advance_failover(&mut self) {
+        let Phase::Failing(f) = &self.link.phase else {
+            return;
+        };
+        let f = f.clone();
+        let drained = self.link.paths[f.from].as_ref().is_none_or(|p| p.drained())
+            || f.since.elapsed() > self.link.cfg.drain_watchdog();
+        if !drained {
+            return;
+        }
+        match f.switch {
+            Some(delivered) => {
+                let dev = self.link.path(f.to).device().clone();
+                let slot_mrs = &self.slot_mrs;
+                let replay = self.machine.apply_switch(
+                    &self.link.region.words,
+                    delivered,
+                    |slot, _, addr, size| {
+                        slot_mrs[slot]
+                            .1
+                            .iter()
+                            .find(|m| m.contains(addr as usize, size as usize))
+                            .and_then(|m| m.keys_for(&dev).ok())
+                            .map(|k| k.lkey)
+                    },
+                );
+                let Ok(replay) = replay else {
+                    return; // the machine is failed and says why
+                };
+                self.link.active = f.to;
+                for b in &replay {
+                    self.post(f.to, b);
+                }
+                self.link.finish_switch(f.to, replay.len());
+            }
+            None if !f.requested => {
+                let msg = CtrlMsg {
+                    kind: CtrlKind::SwitchReq,
+                    epoch: self.link.epoch,
+                    a: self.machine.posted_upto(),
+                    b: 0,
+                    endpoint: Vec::new(),
+                };
+                match self.link.send_ctrl(f.to, &msg) {
+                    Ok(()) => {
+                        if let Phase::Failing(f) = &mut self.link.phase {
+                            f.requested = true;
+                        }
+                    }
+                    Err(e) => {
+                        let ev = self.link.path_error(
+                            f.to,
+                            crate::fabric::WcStatus::LocQpOpErr,
+                            format!("switch request: {e}"),
+                        );
+                        self.on_event(ev);
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+
+    pub fn device_res(&self) -> &Arc<crate::engine::DeviceRes> {
+        self.link.path(self.link.active).device()
+    }
+
+    /// Devices of the standby (for eager registration).
+    pub fn devices(&self) -> Vec<Arc<crate::engine::DeviceRes>> {
+        self.link
+            .paths
+            .iter()
+            .flatten()
+            .map(|p| p.device().clone())
+            .collect()
+    }
+
+    pub fn stats(&self) -> &super::stats::Stats {
+        &self.link.stats
+    }
+}
+
+impl Drop for SendComm {
+    fn drop(&mut self) {
+        self.link.report(0);
+    }
+}

@@ -1,0 +1,20 @@
+//! `ha-harness`: drives any ext-net v8 plugin the way NCCL's proxy does, through
+//! [`nccl_net_loader`]. `check` runs a functional suite with every byte verified; `bench`
+//! measures latency and bandwidth per message size. Two endpoints talk to each other: two
+//! threads of one process (`--mode threads`) or this process and a child (`--mode procs`).
+
+pub mod args;
+pub mod backoff;
+pub mod bench;
+pub mod check;
+pub mod conn;
+pub mod driver;
+pub mod outcome;
+pub mod pattern;
+pub mod plan;
+pub mod report;
+pub mod session;
+pub mod stream;
+pub mod wire;
+
+pub use session::main_with_args;

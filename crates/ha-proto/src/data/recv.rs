@@ -1,0 +1,225 @@
+//! Receiver side of the data protocol: advertise buffers with CTS entries, complete
+//! receives from WRITE_WITH_IMM completions and the sender's completion records. A
+//! completion whose sequence number is not pending (already done) is dropped and counted.
+
+use super::layout::{
+    data_imm, decode_wr_id, encode_cts, read_record, wr_id, CtsEntry, SharedWords, WrKind,
+    CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
+};
+use super::{ProtoError, ReqId, Slab};
+use crate::rc::{Completion, WcStatus};
+
+/// What to post for one receive: a zero-length RECV with `recv_wr_id`, then an RDMA WRITE of
+/// `cts` into the sender's FIFO slot `slot` (signaled, `cts_wr_id`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvPost {
+    pub seq: u64,
+    pub slot: usize,
+    pub cts: [u64; CTS_SLOT_WORDS],
+    pub recv_wr_id: u64,
+    pub cts_wr_id: u64,
+}
+
+enum State {
+    Pending { seq: u64, entries: Vec<CtsEntry> },
+    Done(Vec<u64>),
+    Failed(ProtoError),
+}
+
+pub struct RecvSide {
+    next_seq: u64,
+    /// Request id occupying each FIFO slot.
+    by_slot: Vec<Option<ReqId>>,
+    reqs: Slab<State>,
+    failed: Option<ProtoError>,
+    duplicates: u64,
+    /// Highest sequence number whose immediate arrived (deliveries are in order).
+    delivered: u64,
+}
+
+impl Default for RecvSide {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RecvSide {
+    pub fn new() -> Self {
+        RecvSide {
+            next_seq: 1,
+            by_slot: vec![None; FIFO_DEPTH],
+            reqs: Slab::new(FIFO_DEPTH),
+            failed: None,
+            duplicates: 0,
+            delivered: 0,
+        }
+    }
+
+    pub fn failure(&self) -> Option<&ProtoError> {
+        self.failed.as_ref()
+    }
+
+    pub fn fail(&mut self, e: ProtoError) {
+        if self.failed.is_none() {
+            self.failed = Some(e);
+        }
+    }
+
+    /// Completions dropped because their sequence number was already done.
+    pub fn duplicates(&self) -> u64 {
+        self.duplicates
+    }
+
+    /// Highest sequence number delivered (its immediate arrived).
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// Highest sequence number posted.
+    pub fn posted_upto(&self) -> u64 {
+        self.next_seq - 1
+    }
+
+    /// Receives posted but not delivered, in order: (seq, FIFO slot, advertised entries).
+    /// After a switch of path their clear-to-sends are re-posted with the new path's keys.
+    pub fn open_requests(&self) -> Vec<(u64, usize, Vec<CtsEntry>)> {
+        let mut open: Vec<(u64, usize, Vec<CtsEntry>)> = self
+            .by_slot
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, id)| {
+                let id = (*id)?;
+                match self.reqs.get(id)? {
+                    State::Pending { seq, entries } if *seq > self.delivered => {
+                        Some((*seq, slot, entries.clone()))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        open.sort_by_key(|o| o.0);
+        open
+    }
+
+    /// Encode a re-posted clear-to-send for `seq` with `entries` (new keys).
+    pub fn repost(seq: u64, entries: &[CtsEntry]) -> [u64; CTS_SLOT_WORDS] {
+        encode_cts(entries, seq)
+    }
+
+    pub fn live_requests(&self) -> usize {
+        self.reqs.live()
+    }
+
+    /// Post a (multi-)receive of 1..=8 buffers. `Ok(None)`: 32 receives outstanding, try later.
+    pub fn post(&mut self, bufs: &[CtsEntry]) -> Result<Option<(ReqId, RecvPost)>, ProtoError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        assert!(
+            (1..=MAX_RECVS).contains(&bufs.len()),
+            "caller validates the receive count"
+        );
+        let seq = self.next_seq;
+        let slot = (seq % FIFO_DEPTH as u64) as usize;
+        if self.by_slot[slot].is_some() {
+            return Ok(None);
+        }
+        let Some(id) = self.reqs.insert(State::Pending {
+            seq,
+            entries: bufs.to_vec(),
+        }) else {
+            return Ok(None);
+        };
+        self.by_slot[slot] = Some(id);
+        self.next_seq += 1;
+        Ok(Some((
+            id,
+            RecvPost {
+                seq,
+                slot,
+                cts: encode_cts(bufs, seq),
+                recv_wr_id: wr_id(WrKind::Recv, seq, 0),
+                cts_wr_id: wr_id(WrKind::Cts, seq, 0),
+            },
+        )))
+    }
+
+    /// Apply one completion; `records` is this side's completion-record array.
+    pub fn on_completion(&mut self, c: &Completion, records: &SharedWords) {
+        let (kind, _, _) = decode_wr_id(c.wr_id);
+        if c.status != WcStatus::Success {
+            let what = match kind {
+                Some(WrKind::Cts) => "clear-to-send write",
+                Some(WrKind::Recv) => "receive",
+                Some(WrKind::Probe) => "keep-alive probe of the peer",
+                _ => "receive-side work request",
+            };
+            self.fail(ProtoError::Failed {
+                status: c.status,
+                what,
+            });
+            return;
+        }
+        if kind != Some(WrKind::Recv) {
+            return;
+        }
+        let Some(imm) = c.imm else {
+            self.fail(ProtoError::CorruptRecord {
+                what: "arrived without an immediate",
+            });
+            return;
+        };
+        let slot = imm as usize % FIFO_DEPTH;
+        let Some(id) = self.by_slot[slot] else {
+            self.duplicates += 1;
+            return;
+        };
+        let Some(State::Pending { seq, entries }) = self.reqs.get_mut(id) else {
+            self.duplicates += 1;
+            return;
+        };
+        if data_imm(*seq) != imm {
+            self.duplicates += 1;
+            return;
+        }
+        let seq = *seq;
+        let caps: Vec<u64> = entries.iter().map(|e| e.size).collect();
+        self.delivered = self.delivered.max(seq);
+        let rec = read_record(records, slot);
+        let next = if rec.seq != seq {
+            State::Failed(ProtoError::CorruptRecord {
+                what: "holds another sequence number",
+            })
+        } else if rec.nreqs as usize != caps.len() {
+            State::Failed(ProtoError::CorruptRecord {
+                what: "has a wrong receive count",
+            })
+        } else if rec.sizes[..caps.len()].contains(&SIZE_TRUNCATED) {
+            State::Failed(ProtoError::PeerTruncated)
+        } else if rec.sizes.iter().zip(&caps).any(|(s, c)| s > c) {
+            State::Failed(ProtoError::CorruptRecord {
+                what: "reports more bytes than the buffer holds",
+            })
+        } else {
+            State::Done(rec.sizes[..caps.len()].to_vec())
+        };
+        *self.reqs.get_mut(id).expect("live") = next;
+    }
+
+    /// `Ok(Some(sizes))` when done; an error completes the request.
+    pub fn test(&mut self, id: ReqId) -> Result<Option<Vec<u64>>, ProtoError> {
+        let outcome = match self.reqs.get_mut(id).ok_or(ProtoError::BadRequest)? {
+            State::Pending { .. } => match &self.failed {
+                None => return Ok(None),
+                Some(e) => Err(e.clone()),
+            },
+            State::Done(sizes) => Ok(Some(std::mem::take(sizes))),
+            State::Failed(e) => Err(e.clone()),
+        };
+        self.reqs.remove(id);
+        if let Some(s) = self.by_slot.iter_mut().find(|s| **s == Some(id)) {
+            *s = None;
+        }
+        outcome
+    }
+}

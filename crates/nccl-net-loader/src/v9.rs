@@ -1,0 +1,111 @@
+//! The v9 adapter (NCCL 2.24–2.25): `size_t` sizes, the optional-completion hint on `irecv`,
+//! virtual-device properties with `forceFlush`, `maxP2pBytes` and `maxCollBytes`.
+
+use crate::abi::Abi;
+use crate::call::{entry, rc, Call};
+use crate::entries::{common_of, Common, RawTable, Size, Versioned};
+use crate::props::{read_props, ArgArray, Props};
+use crate::v8::missing_of;
+use crate::NetCtx;
+use nccl_net_abi::v8::NcclNetDeviceHandleV8;
+use nccl_net_abi::v9::NcclNetV9;
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr;
+
+pub(crate) struct V9(pub &'static NcclNetV9);
+
+/// `n` `size_t` sizes for v9+ (`ncclInvalidArgument` for a negative `int`).
+pub(crate) fn sized(sizes: &[Size]) -> Call<ArgArray<usize>> {
+    let v: Vec<usize> = sizes.iter().map(|s| s.as_sized()).collect::<Call<_>>()?;
+    Ok(ArgArray::new(0, v.into_iter()))
+}
+
+impl Versioned for V9 {
+    fn abi(&self) -> Abi {
+        Abi::V9
+    }
+    fn name(&self) -> *const c_char {
+        self.0.name
+    }
+    fn common(&self) -> Common {
+        common_of!(self.0)
+    }
+    fn raw(&self) -> RawTable {
+        RawTable::V9(self.0)
+    }
+    fn missing(&self) -> Vec<&'static str> {
+        let t = self.0;
+        missing_of(&[
+            ("init", t.init.is_none()),
+            ("getProperties", t.get_properties.is_none()),
+            ("listen", t.listen.is_none()),
+            ("connect", t.connect.is_none()),
+            ("isend", t.isend.is_none()),
+            ("irecv", t.irecv.is_none()),
+        ])
+    }
+    fn init(&self, _comm_id: u64, _traffic_class: c_int) -> Call<*mut c_void> {
+        let f = entry(self.0.init, "init")?;
+        // SAFETY: nullable logger; NULL is passed.
+        rc(unsafe { f(None) })?;
+        Ok(ptr::null_mut())
+    }
+    fn properties(&self, dev: c_int) -> Call<Props> {
+        let f = entry(self.0.get_properties, "getProperties")?;
+        // SAFETY: `p` is a writable, aligned, zeroed props struct for the call.
+        let raw = read_props(|p| unsafe { f(dev, p) })?;
+        Ok(Props::from_v9(&raw))
+    }
+    unsafe fn listen(
+        &self,
+        _ctx: &NetCtx,
+        dev: c_int,
+        handle: *mut c_void,
+        comm: *mut *mut c_void,
+    ) -> Call<()> {
+        let f = entry(self.0.listen, "listen")?;
+        // SAFETY: the trait's contract.
+        rc(unsafe { f(dev, handle, comm) })
+    }
+    unsafe fn connect(
+        &self,
+        _ctx: &NetCtx,
+        dev: c_int,
+        handle: *mut c_void,
+        comm: *mut *mut c_void,
+        dev_comm: *mut *mut NcclNetDeviceHandleV8,
+    ) -> Call<()> {
+        let f = entry(self.0.connect, "connect")?;
+        // SAFETY: the trait's contract.
+        rc(unsafe { f(dev, handle, comm, dev_comm) })
+    }
+    unsafe fn isend(
+        &self,
+        comm: *mut c_void,
+        data: *mut c_void,
+        size: Size,
+        tag: c_int,
+        mr: *mut c_void,
+        req: *mut *mut c_void,
+    ) -> Call<()> {
+        let f = entry(self.0.isend, "isend")?;
+        let size = size.as_sized()?;
+        // SAFETY: the trait's contract.
+        rc(unsafe { f(comm, data, size, tag, mr, req) })
+    }
+    unsafe fn irecv(
+        &self,
+        comm: *mut c_void,
+        n: c_int,
+        data: *mut *mut c_void,
+        sizes: &[Size],
+        tags: *mut c_int,
+        mrs: *mut *mut c_void,
+        req: *mut *mut c_void,
+    ) -> Call<()> {
+        let f = entry(self.0.irecv, "irecv")?;
+        let mut sz = sized(sizes)?;
+        // SAFETY: the trait's contract; `sz` holds `n` sizes and outlives the call.
+        rc(unsafe { f(comm, n, data, sz.as_mut_ptr(), tags, mrs, req) })
+    }
+}
