@@ -3,6 +3,7 @@
 
 pub mod connect;
 pub mod error;
+pub mod flush;
 pub mod ha;
 pub mod link;
 pub mod listen;

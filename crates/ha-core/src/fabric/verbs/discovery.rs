@@ -47,7 +47,7 @@ impl PortInfo {
             link_layer: self.link_layer.unwrap_or(LinkLayer::InfiniBand),
             // Two queue pairs (primary and standby) per connection.
             max_comms: (self.attr.max_qp / 2).max(1),
-            // Host memory only: GPUDirect (nvidia-peermem or dmabuf) is not wired up yet.
+            // Host memory; the fabric adds the GPU bits GPUDirect detection finds (`gdr`).
             ptr_support: PTR_HOST,
         }
     }
