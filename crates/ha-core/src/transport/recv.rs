@@ -61,6 +61,11 @@ impl RecvComm {
         self.flushes.take(id)
     }
 
+    /// The flushes and their loopback queue pairs (stats and tests).
+    pub fn flushes(&self) -> &Flushes {
+        &self.flushes
+    }
+
     fn drive_flushes(&mut self) {
         let dead = self.machine.failure().map(|e| e.to_string());
         self.flushes.drive(&self.link, dead);
