@@ -189,7 +189,7 @@ pub const MR_POLICY: Param = Param {
     name: "HA_NCCL_MR_POLICY",
     kind: Kind::Enum(&["lazy", "eager"]),
     default: "lazy",
-    doc: "When buffers are registered on the standby device: `lazy` = at the first failover that needs them, `eager` = at `regMr`.",
+    doc: "When buffers are registered on the standby device: `lazy` = at the first failover that needs them, `eager` = at `regMr`. dma-buf registrations (`regMrDmaBuf`) are made on every device at once either way: NCCL closes the fd when the call returns.",
     range: None,
 };
 

@@ -39,7 +39,12 @@ pub fn dmabuf_checks(r: &mut Report, facts: &Facts, plugin: Option<&Path>) {
     };
     let buf = match cuda.gpu_buffer(gpu.ordinal, BYTES) {
         Ok(b) => b,
-        Err(e) => return r.fail(&format!("cuMemAlloc of {BYTES} bytes on GPU {}: {e}", gpu.ordinal)),
+        Err(e) => {
+            return r.fail(&format!(
+                "cuMemAlloc of {BYTES} bytes on GPU {}: {e}",
+                gpu.ordinal
+            ))
+        }
     };
     r.check(
         buf.memory_type() == Ok(MEMORYTYPE_DEVICE),
@@ -56,15 +61,23 @@ pub fn dmabuf_checks(r: &mut Report, facts: &Facts, plugin: Option<&Path>) {
             is_dmabuf_target(&t),
             &format!("exported fd {raw} is open and a dma-buf ({t}) by the plugin's check"),
         ),
-        Err(e) => r.fail(&format!("the plugin's check refuses the exported fd {raw}: {e}")),
+        Err(e) => r.fail(&format!(
+            "the plugin's check refuses the exported fd {raw}: {e}"
+        )),
     }
-    r.check(dmabuf_fds() == before + 1, "one dma-buf descriptor after the export");
+    r.check(
+        dmabuf_fds() == before + 1,
+        "one dma-buf descriptor after the export",
+    );
     match plugin {
         Some(p) => through_plugin(r, p, buf.ptr, raw, before + 1),
         None => r.skip("regMrDmaBuf with the real dma-buf: no --plugin given"),
     }
     drop(fd);
-    r.check(dmabuf_fds() == before, "no dma-buf descriptor left after close");
+    r.check(
+        dmabuf_fds() == before,
+        "no dma-buf descriptor left after close",
+    );
 }
 
 /// The plugin on `sock` (loopback): regMrDmaBuf with the real fd, host and GPU memory types.
@@ -94,7 +107,9 @@ fn through_plugin(r: &mut Report, so: &Path, gpu_ptr: u64, fd: i32, expected_fds
             );
             r.check(p.dereg_mr(&send, mr).is_ok(), "deregMr");
         }
-        Err(e) => r.fail(&format!("regMrDmaBuf(NCCL_PTR_HOST) with the dma-buf fd: {e}")),
+        Err(e) => r.fail(&format!(
+            "regMrDmaBuf(NCCL_PTR_HOST) with the dma-buf fd: {e}"
+        )),
     }
     let got = p.reg_mr_dma_buf(&send, gpu_ptr as *mut u8, BYTES, NCCL_PTR_CUDA, 0, fd);
     r.check(
@@ -168,14 +183,20 @@ pub fn verbs_init_check(r: &mut Report, so: &Path, facts: &Facts) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let result = stdout
         .lines()
-        .find_map(|l| l.split_once("INIT-RESULT ").map(|(_, x)| x.trim().to_string()))
+        .find_map(|l| {
+            l.split_once("INIT-RESULT ")
+                .map(|(_, x)| x.trim().to_string())
+        })
         .unwrap_or_else(|| "none".into());
     for l in stderr.lines().filter(|l| l.contains("NET/HA")) {
         r.info(&format!("plugin log: {l}"));
     }
     let line = |needle: &str| stderr.lines().position(|l| l.contains(needle));
     if nics > 0 {
-        r.check(result == "ok", &format!("verbs init with {nics} RDMA NIC(s): {result}"));
+        r.check(
+            result == "ok",
+            &format!("verbs init with {nics} RDMA NIC(s): {result}"),
+        );
         r.check(
             line("GPU Direct RDMA enabled").is_some() || line("GPU Direct RDMA disabled").is_some(),
             "one GPU Direct RDMA line per NIC",
@@ -188,16 +209,25 @@ pub fn verbs_init_check(r: &mut Report, so: &Path, facts: &Facts) {
     );
     let cuda = if facts.cuda.is_some() {
         let at = line("NET/HA verbs: GPUDirect: CUDA driver ");
-        r.check(at.is_some(), "the plugin found the CUDA driver (its GPUDirect line)");
+        r.check(
+            at.is_some(),
+            "the plugin found the CUDA driver (its GPUDirect line)",
+        );
         at
     } else {
         let at = line("NET/HA verbs: GPUDirect: ");
-        r.check(at.is_some(), "the plugin's GPUDirect line (no CUDA driver here)");
+        r.check(
+            at.is_some(),
+            "the plugin's GPUDirect line (no CUDA driver here)",
+        );
         at
     };
     let verdict = line("GPU Direct RDMA disabled: no RDMA device");
     let err = line("HA_NCCL_FABRIC=verbs: no usable device: no RDMA device");
-    r.check(verdict.is_some(), "the plugin says: GPU Direct RDMA disabled: no RDMA device");
+    r.check(
+        verdict.is_some(),
+        "the plugin says: GPU Direct RDMA disabled: no RDMA device",
+    );
     r.check(err.is_some(), "init fails with \"no RDMA device\"");
     r.check(
         matches!((cuda, verdict, err), (Some(a), Some(b), Some(c)) if a < b && b < c),

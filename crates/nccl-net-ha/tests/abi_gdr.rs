@@ -67,7 +67,14 @@ fn dmabuf_registration_of_host_memory_ignores_and_keeps_no_fd(abi: Abi) {
     let fd = memfd(&name);
     let mut buf = vec![0u8; 8192];
     let mr = p
-        .reg_mr_dma_buf(&send, buf.as_mut_ptr(), 8192, NCCL_PTR_HOST, 0, fd.as_raw_fd())
+        .reg_mr_dma_buf(
+            &send,
+            buf.as_mut_ptr(),
+            8192,
+            NCCL_PTR_HOST,
+            0,
+            fd.as_raw_fd(),
+        )
         .unwrap();
     assert_eq!(fds_on(&name), 1, "only the caller's descriptor");
     drop(fd);
@@ -85,8 +92,15 @@ fn gpu_memory_is_refused_without_gpu_direct(abi: Abi) {
     let mut buf = vec![0u8; 8192];
     let inval = Err(NcclError(NCCL_INVALID_ARGUMENT));
     assert_eq!(
-        p.reg_mr_dma_buf(&send, buf.as_mut_ptr(), 8192, NCCL_PTR_CUDA, 0, fd.as_raw_fd())
-            .map(|_| ()),
+        p.reg_mr_dma_buf(
+            &send,
+            buf.as_mut_ptr(),
+            8192,
+            NCCL_PTR_CUDA,
+            0,
+            fd.as_raw_fd()
+        )
+        .map(|_| ()),
         inval
     );
     assert_eq!(

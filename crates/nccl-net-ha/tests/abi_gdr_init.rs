@@ -42,7 +42,10 @@ fn run_child(name: &str, env: &[(&str, &str)]) -> (String, String) {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let result = stdout
         .lines()
-        .find_map(|l| l.split_once("INIT-RESULT ").map(|(_, r)| r.trim().to_string()))
+        .find_map(|l| {
+            l.split_once("INIT-RESULT ")
+                .map(|(_, r)| r.trim().to_string())
+        })
         .unwrap_or_else(|| panic!("child printed no result: {stdout}"));
     (result, String::from_utf8_lossy(&out.stderr).into_owned())
 }
@@ -97,7 +100,10 @@ fn verbs_without_rdma_devices_reports_gpudirect_then_fails_cleanly() {
     // This build host has no CUDA driver: detection says so (the GPU machines' line names the
     // driver and its GPUs instead).
     if !std::path::Path::new("/proc/driver/nvidia").exists() {
-        assert!(err.contains("GPUDirect: no CUDA driver (dlopen libcuda.so.1: "), "{err}");
+        assert!(
+            err.contains("GPUDirect: no CUDA driver (dlopen libcuda.so.1: "),
+            "{err}"
+        );
     }
 }
 
@@ -115,7 +121,10 @@ fn gdr_off_loads_nothing_and_says_so() {
         &[("HA_NCCL_FABRIC", "verbs"), ("HA_NCCL_GDR", "0")],
     );
     assert_eq!(r, "2", "{err}");
-    assert!(err.contains("NET/HA verbs: GPUDirect RDMA off (HA_NCCL_GDR=0)"), "{err}");
+    assert!(
+        err.contains("NET/HA verbs: GPUDirect RDMA off (HA_NCCL_GDR=0)"),
+        "{err}"
+    );
     assert!(!err.contains("libcuda"), "{err}");
 }
 
@@ -129,5 +138,8 @@ fn a_bad_gdr_value_is_refused() {
         &[("HA_NCCL_FABRIC", "sock"), ("HA_NCCL_GDR", "yes")],
     );
     assert_eq!(r, "4", "ncclInvalidArgument; stderr:\n{err}");
-    assert!(err.contains(r#"HA_NCCL_GDR="yes" is not one of auto|0|1"#), "{err}");
+    assert!(
+        err.contains(r#"HA_NCCL_GDR="yes" is not one of auto|0|1"#),
+        "{err}"
+    );
 }

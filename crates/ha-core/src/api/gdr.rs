@@ -14,7 +14,10 @@ pub enum Plan {
     /// GPU memory by virtual address (nvidia-peermem).
     Cuda,
     /// GPU memory through dma-buf `fd`, the buffer `offset` bytes into it.
-    DmaBuf { offset: u64, fd: i32 },
+    DmaBuf {
+        offset: u64,
+        fd: i32,
+    },
 }
 
 impl Plan {
@@ -135,7 +138,10 @@ mod tests {
             Ok(MemKind::DmaBuf)
         );
         let e = plan(PTR_CUDA, Some((0, 9)), PTR_HOST | PTR_CUDA).unwrap_err();
-        assert!(e.contains("a dma-buf registration (fd 9) needs NCCL_PTR_DMABUF"), "{e}");
+        assert!(
+            e.contains("a dma-buf registration (fd 9) needs NCCL_PTR_DMABUF"),
+            "{e}"
+        );
         let e = plan(PTR_CUDA, Some((0, -5)), ALL).unwrap_err();
         assert!(e.ends_with("dma-buf fd -5 is not a descriptor"), "{e}");
     }

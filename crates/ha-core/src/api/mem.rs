@@ -53,9 +53,9 @@ fn reg_mr_in(
     let p = state::get()?;
     let infos = p.engine.fabric().devices();
     // What every device of this connection can register (the primary's, less the standby's).
-    let support = devs
-        .iter()
-        .fold(infos[devs[0].dev].ptr_support, |a, d| a & infos[d.dev].ptr_support);
+    let support = devs.iter().fold(infos[devs[0].dev].ptr_support, |a, d| {
+        a & infos[d.dev].ptr_support
+    });
     let plan = gdr::plan(ptr_type, dmabuf, support).map_err(ApiError::arg)?;
     if size == 0 {
         return Err(ApiError::arg("regMr of 0 bytes"));
@@ -158,4 +158,3 @@ pub fn iflush(comm: u64, n: i32, bufs: &[FlushBuf]) -> ApiResult<Option<u64>> {
     let id = c.lock().iflush(b.addr, &mr)?;
     Ok(Some(request_token(Kind::FlushReq, comm, id)))
 }
-

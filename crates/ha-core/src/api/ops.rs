@@ -2,9 +2,9 @@
 //! plain values (addresses as `usize`, handles as `u64` tokens); every one is validated here.
 
 use super::error::{ApiError, ApiResult, Code};
-pub use super::mem::{dereg_mr, iflush, iflush_count, reg_mr, reg_mr_dmabuf, FlushBuf};
-use super::handles::{kind_of, request_token, split_request, Kind};
 use super::gdr;
+use super::handles::{kind_of, request_token, split_request, Kind};
+pub use super::mem::{dereg_mr, iflush, iflush_count, reg_mr, reg_mr_dmabuf, FlushBuf};
 use super::state::{self, NetAttr, NetContext, Plugin};
 use crate::fabric::DeviceInfo;
 use crate::transport::connect::PendingConnect;

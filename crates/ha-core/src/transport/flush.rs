@@ -103,7 +103,10 @@ impl FlushQp {
 enum State {
     /// To be posted on the active path (first time, or again after a failed attempt).
     Waiting,
-    Posted { path: usize, wr_id: u64 },
+    Posted {
+        path: usize,
+        wr_id: u64,
+    },
     Done,
     Failed(String),
 }
@@ -161,10 +164,7 @@ impl Flushes {
             attempts: 0,
             last_error: String::new(),
         });
-        Ok(ReqId {
-            index,
-            gen: slot.0,
-        })
+        Ok(ReqId { index, gen: slot.0 })
     }
 
     /// `Ok(true)` once flush `id` is done (the request is then gone), an error if it failed.
@@ -316,10 +316,8 @@ impl Flushes {
                 match FlushQp::open(path.lease.clone_lease()) {
                     Ok(q) => self.qps[a] = Some(q),
                     Err(e) => {
-                        r.last_error = format!(
-                            "flush queue pair on device {}: {e}",
-                            path.device().dev
-                        );
+                        r.last_error =
+                            format!("flush queue pair on device {}: {e}", path.device().dev);
                         r.state = State::Waiting;
                         continue;
                     }

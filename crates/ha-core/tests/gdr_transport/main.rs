@@ -61,8 +61,15 @@ fn connect(backup: bool) -> Conn {
     let engine = Engine::new(fab.clone(), Duration::from_micros(50));
     let cfg = cfg(backup);
     let mut handle = [0u8; HANDLE_SIZE];
-    let mut l =
-        ListenComm::new(&engine, 0, "127.0.0.1".parse().unwrap(), &cfg, "", &mut handle).unwrap();
+    let mut l = ListenComm::new(
+        &engine,
+        0,
+        "127.0.0.1".parse().unwrap(),
+        &cfg,
+        "",
+        &mut handle,
+    )
+    .unwrap();
     let ch = ConnectHandle::decode(&handle).unwrap();
     let mut pc = PendingConnect::start(&engine, 0, &ch, &cfg, "").unwrap();
     let (mut sent, mut recv) = (false, None);
@@ -242,9 +249,14 @@ fn dmabuf_is_registered_on_both_paths_inside_the_call_and_never_kept() {
         else {
             unreachable!()
         };
-        assert_eq!((*dev, *iova, *len, *offset, *fd), (i, dst.addr(), MSG, 4096, raw));
+        assert_eq!(
+            (*dev, *iova, *len, *offset, *fd),
+            (i, dst.addr(), MSG, 4096, raw)
+        );
         assert!(
-            target.as_deref().is_some_and(|t| t.starts_with(&format!("/memfd:{NAME}"))),
+            target
+                .as_deref()
+                .is_some_and(|t| t.starts_with(&format!("/memfd:{NAME}"))),
             "fd open during the call: {target:?}"
         );
     }
@@ -316,8 +328,18 @@ fn dmabuf_registration_rolls_back_when_the_standby_refuses() {
             _ => false,
         })
         .collect();
-    assert!(matches!(mine[..], [Call::RegDmabuf { dev: 0, .. }, Call::Dereg { dev: 0, .. }]), "{mine:?}");
-    assert_eq!(fds_on(NAME), 1, "the reference taken on device 0 is released");
+    assert!(
+        matches!(
+            mine[..],
+            [Call::RegDmabuf { dev: 0, .. }, Call::Dereg { dev: 0, .. }]
+        ),
+        "{mine:?}"
+    );
+    assert_eq!(
+        fds_on(NAME),
+        1,
+        "the reference taken on device 0 is released"
+    );
     drop(fd);
     assert_eq!(fds_on(NAME), 0);
 }
@@ -357,7 +379,11 @@ fn peermem_gpu_memory_follows_the_lazy_policy() {
     src2.fill(6);
     let smr2 = Arc::new(MrHandle::register(&c.send.devices()[0], src2.addr(), MSG).unwrap());
     transfer(&mut c, &src2, &smr2, &dst, &dmr);
-    assert_eq!(dmr.devices(), vec![0, 1], "registered on the standby at first use");
+    assert_eq!(
+        dmr.devices(),
+        vec![0, 1],
+        "registered on the standby at first use"
+    );
     assert!(c
         .fab
         .shared
@@ -401,8 +427,7 @@ fn a_failover_between_receive_and_flush_flushes_on_the_new_path() {
     let smr2 = Arc::new(MrHandle::register(&c.send.devices()[0], src2.addr(), MSG).unwrap());
     let fd = fake_dmabuf(MSG);
     let dmr2 = Arc::new(
-        MrHandle::register_dmabuf(&c.recv.devices(), dst2.addr(), MSG, 0, fd.as_raw_fd())
-            .unwrap(),
+        MrHandle::register_dmabuf(&c.recv.devices(), dst2.addr(), MSG, 0, fd.as_raw_fd()).unwrap(),
     );
     transfer(&mut c, &src2, &smr2, &dst2, &dmr2);
     // Flush the first buffer (received before the failover) and the second.
@@ -426,7 +451,10 @@ fn flush_survives(how: Mode) {
     let id = c.recv.iflush(dst.addr(), &dmr).unwrap();
     assert_eq!(reads(&c).len(), 1);
     assert_eq!(reads(&c)[0].0, 0);
-    assert!(!c.recv.test_flush(id).unwrap(), "held by the stalled device");
+    assert!(
+        !c.recv.test_flush(id).unwrap(),
+        "held by the stalled device"
+    );
     if how == Mode::Down {
         c.fab.shared.set_mode(0, Mode::Down);
     }
@@ -437,8 +465,7 @@ fn flush_survives(how: Mode) {
     let smr2 = Arc::new(MrHandle::register(&c.send.devices()[0], src2.addr(), MSG).unwrap());
     let fd = fake_dmabuf(MSG);
     let dmr2 = Arc::new(
-        MrHandle::register_dmabuf(&c.recv.devices(), dst2.addr(), MSG, 0, fd.as_raw_fd())
-            .unwrap(),
+        MrHandle::register_dmabuf(&c.recv.devices(), dst2.addr(), MSG, 0, fd.as_raw_fd()).unwrap(),
     );
     transfer(&mut c, &src2, &smr2, &dst2, &dmr2);
     flush_done(&mut c, id).unwrap();
@@ -448,7 +475,10 @@ fn flush_survives(how: Mode) {
     assert_eq!(r[1].2, dst.addr() as u64);
     assert_eq!(r[1].3, dmabuf_rkey(&c, 1, dst.addr()));
     assert_eq!(c.recv.flushes().posted_on, vec![(0, 1), (1, 1)]);
-    assert!(c.recv.flushes().qp(0).is_none(), "the failed one was dropped");
+    assert!(
+        c.recv.flushes().qp(0).is_none(),
+        "the failed one was dropped"
+    );
 }
 
 #[test]
@@ -503,7 +533,8 @@ fn a_flush_fails_when_the_new_path_has_no_key_for_the_buffer() {
     src2.fill(12);
     let dst2 = Buf::new(MSG);
     let smr2 = Arc::new(MrHandle::register(&c.send.devices()[0], src2.addr(), MSG).unwrap());
-    let dmr2 = Arc::new(MrHandle::register_kind(&devs[1], dst2.addr(), MSG, MemKind::Cuda).unwrap());
+    let dmr2 =
+        Arc::new(MrHandle::register_kind(&devs[1], dst2.addr(), MSG, MemKind::Cuda).unwrap());
     transfer(&mut c, &src2, &smr2, &dst2, &dmr2);
     let id = c.recv.iflush(only0.addr(), &h).unwrap();
     let e = flush_done(&mut c, id).expect_err("no key on device 1");

@@ -35,7 +35,8 @@ fn detection_offers_host_memory_with_the_reason() {
         assert_eq!(g.ptr_support, PTR_HOST);
         assert_eq!(f.devices()[i].ptr_support, PTR_HOST);
         assert!(
-            g.line().starts_with("GPU Direct RDMA disabled: no CUDA driver (dlopen libcuda.so.1: "),
+            g.line()
+                .starts_with("GPU Direct RDMA disabled: no CUDA driver (dlopen libcuda.so.1: "),
             "{}",
             g.line()
         );
@@ -60,7 +61,10 @@ fn dmabuf_registration_is_refused_cleanly() {
     let buf = vec![0u8; 8192];
     match pd.reg_dmabuf_mr(buf.as_ptr() as usize, 4096, 0, fd.as_raw_fd(), Access::ALL) {
         Err(FabricError::Io { context, source }) => {
-            assert!(context.contains("ibv_reg_dmabuf_mr(offset 0, 4096 bytes"), "{context}");
+            assert!(
+                context.contains("ibv_reg_dmabuf_mr(offset 0, 4096 bytes"),
+                "{context}"
+            );
             assert_eq!(source.raw_os_error(), Some(libc::EOPNOTSUPP), "{source}");
         }
         Err(e) => panic!("expected an I/O error, got {e}"),
@@ -90,8 +94,15 @@ fn connect_transport(f: Arc<dyn Fabric>, a: usize, b: usize) -> (Arc<Engine>, Se
     let engine = Engine::new(f, Duration::from_micros(50));
     let cfg = ha_cfg();
     let mut handle = [0u8; HANDLE_SIZE];
-    let mut l =
-        ListenComm::new(&engine, b, "127.0.0.1".parse().unwrap(), &cfg, "", &mut handle).unwrap();
+    let mut l = ListenComm::new(
+        &engine,
+        b,
+        "127.0.0.1".parse().unwrap(),
+        &cfg,
+        "",
+        &mut handle,
+    )
+    .unwrap();
     let ch = ConnectHandle::decode(&handle).unwrap();
     let mut pc = PendingConnect::start(&engine, a, &ch, &cfg, "").unwrap();
     let deadline = Instant::now() + SHORT;
@@ -120,8 +131,13 @@ fn gpu_flush_reads_through_a_loopback_queue_pair() {
     let smr = Arc::new(MrHandle::register(&send.devices()[0], src.as_ptr() as usize, LEN).unwrap());
     // Host memory registered as GPU memory by address: the flush path cannot tell.
     let dmr = Arc::new(
-        MrHandle::register_kind(&recv.devices()[0], dst.as_ptr() as usize, LEN, MemKind::Cuda)
-            .unwrap(),
+        MrHandle::register_kind(
+            &recv.devices()[0],
+            dst.as_ptr() as usize,
+            LEN,
+            MemKind::Cuda,
+        )
+        .unwrap(),
     );
     let deadline = Instant::now() + SHORT;
     let rid = loop {
@@ -151,7 +167,9 @@ fn gpu_flush_reads_through_a_loopback_queue_pair() {
     }
     assert!(dst == src);
     for k in 0..3u64 {
-        let id = recv.iflush(dst.as_ptr() as usize + k as usize * 4096, &dmr).unwrap();
+        let id = recv
+            .iflush(dst.as_ptr() as usize + k as usize * 4096, &dmr)
+            .unwrap();
         loop {
             if recv.test_flush(id).unwrap() {
                 break;

@@ -48,7 +48,13 @@ impl VerbsMr {
         if len == 0 {
             // Nothing can be accessed through it; zero-length transfers carry no SGE and
             // are not key-checked, so no verbs registration is made.
-            return Ok(Self::wrap(pd, std::ptr::null_mut(), addr, len, sys::ibv_dereg_mr));
+            return Ok(Self::wrap(
+                pd,
+                std::ptr::null_mut(),
+                addr,
+                len,
+                sys::ibv_dereg_mr,
+            ));
         }
         // SAFETY: live PD; the caller of `reg_mr` promises the range stays valid while the
         // registration lives. The kernel pins the pages (for a GPU address, through the peer-

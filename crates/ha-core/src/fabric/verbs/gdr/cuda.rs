@@ -365,7 +365,13 @@ impl GpuBuffer {
         let f = self.cuda.pointer_attribute.ok_or(CuError(500))?;
         let mut t: c_uint = 0;
         // SAFETY: resolved call; MEMORY_TYPE writes one unsigned int into the live local.
-        check(unsafe { f((&mut t as *mut c_uint).cast(), PTR_ATTR_MEMORY_TYPE, self.ptr) })?;
+        check(unsafe {
+            f(
+                (&mut t as *mut c_uint).cast(),
+                PTR_ATTR_MEMORY_TYPE,
+                self.ptr,
+            )
+        })?;
         Ok(t)
     }
 }
@@ -456,10 +462,14 @@ pub(crate) mod tests {
         );
         let mut f = FakeCuda::with(13000, &[(1, 1)]);
         f.version = None;
-        assert!(matches!(summarize(&f), CudaStatus::Failed(m) if m.starts_with("cuDriverGetVersion")));
+        assert!(
+            matches!(summarize(&f), CudaStatus::Failed(m) if m.starts_with("cuDriverGetVersion"))
+        );
         let mut f = FakeCuda::with(13000, &[(1, 1)]);
         f.count = None;
-        assert!(matches!(summarize(&f), CudaStatus::Failed(m) if m.starts_with("cuDeviceGetCount")));
+        assert!(
+            matches!(summarize(&f), CudaStatus::Failed(m) if m.starts_with("cuDeviceGetCount"))
+        );
         let f = FakeCuda::with(13000, &[]);
         assert_eq!(
             summarize(&f),
@@ -509,7 +519,10 @@ pub(crate) mod tests {
     #[test]
     fn loading_a_missing_library_says_why() {
         match DlCuda::open("libcuda-that-does-not-exist.so.9") {
-            Err(e) => assert!(e.starts_with("dlopen libcuda-that-does-not-exist.so.9: "), "{e}"),
+            Err(e) => assert!(
+                e.starts_with("dlopen libcuda-that-does-not-exist.so.9: "),
+                "{e}"
+            ),
             Ok(_) => panic!("loaded a library that does not exist"),
         }
     }

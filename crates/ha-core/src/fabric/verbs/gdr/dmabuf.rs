@@ -206,7 +206,11 @@ mod tests {
         fd: c_int,
         access: c_int,
     ) -> *mut sys::ibv_mr {
-        assert_eq!((offset, len, iova, fd, access), (0, 0, 0, -1, 0), "NCCL's probe");
+        assert_eq!(
+            (offset, len, iova, fd, access),
+            (0, 0, 0, -1, 0),
+            "NCCL's probe"
+        );
         CALLS.fetch_add(1, Ordering::SeqCst);
         let e = ERRNO.load(Ordering::SeqCst);
         if e < 0 {
@@ -282,7 +286,10 @@ mod tests {
         assert!(Probe::Unsupported(libc::EOPNOTSUPP)
             .describe()
             .contains("probe errno EOPNOTSUPP"));
-        assert_eq!(Probe::Supported(libc::EBADF).describe(), "probe errno EBADF");
+        assert_eq!(
+            Probe::Supported(libc::EBADF).describe(),
+            "probe errno EBADF"
+        );
     }
 
     #[test]
@@ -300,7 +307,10 @@ mod tests {
         assert!(check_fd(fd).unwrap().ends_with("/status"));
         // A number far above any open descriptor (closing one here could race other tests
         // reusing its number).
-        assert_eq!(check_fd(1 << 20).unwrap_err().raw_os_error(), Some(libc::EBADF));
+        assert_eq!(
+            check_fd(1 << 20).unwrap_err().raw_os_error(),
+            Some(libc::EBADF)
+        );
         drop(f);
         assert!(is_dmabuf_target("/dmabuf:"));
         assert!(is_dmabuf_target("anon_inode:dmabuf"));

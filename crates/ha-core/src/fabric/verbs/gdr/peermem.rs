@@ -77,7 +77,11 @@ mod tests {
         let r = TempRoot::new("many");
         r.touch("sys/kernel/mm/memory_peers/amdkfd/version");
         r.touch("sys/module/nvidia/version");
-        assert_eq!(check(&r.0), Peermem::Absent, "other modules are not peermem");
+        assert_eq!(
+            check(&r.0),
+            Peermem::Absent,
+            "other modules are not peermem"
+        );
         r.touch(PEERMEM_PATHS[2]);
         r.touch(PEERMEM_PATHS[1]);
         assert_eq!(check(&r.0), Peermem::Loaded(r.0.join(PEERMEM_PATHS[1])));

@@ -102,7 +102,9 @@ fn peermem_only_when_the_device_cannot_do_dmabuf() {
     }
     let d = assess(&h, None);
     assert_eq!(d.ptr_support, PTR_HOST | PTR_CUDA);
-    assert!(d.reason.ends_with("dma-buf: the device could not be probed"));
+    assert!(d
+        .reason
+        .ends_with("dma-buf: the device could not be probed"));
 }
 
 #[test]
@@ -114,7 +116,8 @@ fn disabled_with_the_right_reason() {
     assert_eq!(d.ptr_support, PTR_HOST);
     assert!(!d.enabled());
     assert!(
-        d.line().starts_with("GPU Direct RDMA disabled: nvidia-peermem not loaded"),
+        d.line()
+            .starts_with("GPU Direct RDMA disabled: nvidia-peermem not loaded"),
         "{}",
         d.line()
     );
@@ -122,9 +125,14 @@ fn disabled_with_the_right_reason() {
         "dma-buf: the device or kernel cannot register dma-bufs (probe errno EOPNOTSUPP)"
     ));
     // Driver too old for dma-buf, GPU without the dma-buf attribute.
-    let d = assess(&host(GdrMode::Auto, &r, FakeCuda::with(11060, &[(1, 1)])), Some(EBADF));
+    let d = assess(
+        &host(GdrMode::Auto, &r, FakeCuda::with(11060, &[(1, 1)])),
+        Some(EBADF),
+    );
     assert_eq!(d.ptr_support, PTR_HOST);
-    assert!(d.reason.ends_with("dma-buf: CUDA driver 11060 is older than 11070"));
+    assert!(d
+        .reason
+        .ends_with("dma-buf: CUDA driver 11060 is older than 11070"));
     let h = host(GdrMode::Auto, &r, FakeCuda::with(12000, &[(1, 0)]));
     assert!(!h.wants_probe());
     let d = assess(&h, None);
@@ -171,7 +179,9 @@ fn no_cuda_driver_behaves_as_before() {
 fn mode_off_loads_nothing() {
     let r = TempRoot::new("mode0");
     r.touch(PEERMEM_PATHS[0]);
-    let h = HostGdr::gather(GdrMode::Off, &r.0, || panic!("the driver must not be loaded"));
+    let h = HostGdr::gather(GdrMode::Off, &r.0, || {
+        panic!("the driver must not be loaded")
+    });
     assert_eq!(h.cuda, CudaStatus::Skipped);
     assert_eq!(h.peermem, Peermem::Absent);
     assert!(!h.wants_probe());
