@@ -228,13 +228,9 @@ impl RecvComm {
         self.link.path(self.link.active).device()
     }
 
+    /// Every device of the connection, the active path's first (see `Link::devices`).
     pub fn devices(&self) -> Vec<Arc<crate::engine::DeviceRes>> {
-        self.link
-            .paths
-            .iter()
-            .flatten()
-            .map(|p| p.device().clone())
-            .collect()
+        self.link.devices()
     }
 
     /// Completions dropped as duplicates.

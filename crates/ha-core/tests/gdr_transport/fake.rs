@@ -115,7 +115,7 @@ impl FakeGpuFabric {
         };
         let inner = SockFabric::new(SockConfig {
             rails: vec![rail("lo", "127.0.0.1"), rail("lo2", "127.0.0.2")],
-            retry_timeout: Duration::from_millis(300),
+            retry_timeout: Duration::from_secs(5),
             segment_bytes: 1 << 20,
         })
         .unwrap();

@@ -39,7 +39,9 @@ fn cfg(backup: bool) -> HaCfg {
         keepalive: Duration::from_millis(200),
         enable_backup: backup,
         standby_map: String::new(),
-        rto: Duration::from_millis(400),
+        // Long enough that a loaded host does not fail a healthy path over (the tests check
+        // which device each flush went to), short enough to keep the stall tests quick.
+        rto: Duration::from_millis(1500),
         heartbeat: Duration::from_millis(200),
         // No re-arm: the tests look at which device each flush went to.
         failback: false,
@@ -430,6 +432,12 @@ fn a_failover_between_receive_and_flush_flushes_on_the_new_path() {
         MrHandle::register_dmabuf(&c.recv.devices(), dst2.addr(), MSG, 0, fd.as_raw_fd()).unwrap(),
     );
     transfer(&mut c, &src2, &smr2, &dst2, &dmr2);
+    // Registered after the failover: on the active device first, and on the failed one too
+    // (a re-armed path comes back there and needs it).
+    let dst3 = Buf::new(MSG);
+    let dmr3 =
+        MrHandle::register_dmabuf(&c.recv.devices(), dst3.addr(), MSG, 0, fd.as_raw_fd()).unwrap();
+    assert_eq!(dmr3.devices(), vec![1, 0]);
     // Flush the first buffer (received before the failover) and the second.
     for (buf, mr) in [(&dst, &dmr), (&dst2, &dmr2)] {
         let id = c.recv.iflush(buf.addr(), mr).unwrap();
