@@ -90,12 +90,14 @@ pub fn flush_target(sizes: &[i32]) -> Option<usize> {
 /// read once.
 pub fn flush_disabled() -> bool {
     static V: OnceLock<bool> = OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("NCCL_GDR_FLUSH_DISABLE")
-            .ok()
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .is_some_and(|v| v != 0)
-    })
+    *V.get_or_init(|| flush_disable_value(std::env::var("NCCL_GDR_FLUSH_DISABLE").ok().as_deref()))
+}
+
+/// NCCL's reading of `NCCL_GDR_FLUSH_DISABLE`: an integer, non-zero = disabled; unset or
+/// not a number = enabled.
+fn flush_disable_value(v: Option<&str>) -> bool {
+    v.and_then(|v| v.trim().parse::<i64>().ok())
+        .is_some_and(|v| v != 0)
 }
 
 #[cfg(test)]
@@ -197,6 +199,15 @@ mod tests {
         assert_eq!(advertised(&devs[..1], 0, &cfg(true, "")), ALL);
         // Host memory is always there.
         assert_eq!(advertised(&[dev(0), dev(0)], 1, &cfg(true, "")), PTR_HOST);
+    }
+
+    #[test]
+    fn flush_disable_variable() {
+        assert!(!flush_disable_value(None));
+        assert!(!flush_disable_value(Some("0")));
+        assert!(!flush_disable_value(Some("no")));
+        assert!(flush_disable_value(Some("1")));
+        assert!(flush_disable_value(Some(" 2 ")));
     }
 
     #[test]
