@@ -143,3 +143,36 @@ fn a_bad_gdr_value_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn no_link_time_cuda_or_rdma_core_34_dependency() {
+    if child_init() {
+        return;
+    }
+    let so = so_path();
+    let Ok(out) = std::process::Command::new("readelf")
+        .args(["--dyn-syms", "--version-info", "-d"])
+        .arg(&so)
+        .output()
+    else {
+        println!("SKIPPED: readelf not installed");
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("IBVERBS_1.1"),
+        "{text}"
+    );
+    // ibv_reg_dmabuf_mr is looked up at run time: loading must not need rdma-core >= 34.
+    assert!(
+        !text.contains("IBVERBS_1.12"),
+        "hard IBVERBS_1.12 dependency"
+    );
+    assert!(
+        !text.contains("ibv_reg_dmabuf_mr"),
+        "ibv_reg_dmabuf_mr linked directly"
+    );
+    // The CUDA driver is dlopen'ed: no NEEDED entry, no cu* symbol.
+    assert!(!text.contains("libcuda"), "libcuda linked");
+    assert!(!text.contains(" cuInit"), "cuInit linked");
+}
