@@ -14,7 +14,7 @@
 //! `init`.
 
 use super::adapt::*;
-use super::shared;
+use super::{reload, shared};
 use super::{v10, v9};
 use ha_core::api::ops::{self, guard};
 use ha_core::api::state::NetAttr;
@@ -79,7 +79,9 @@ pub(super) fn context_init(
     install_logger(logger);
     store_profiler(profiler);
     let t = ops::context_init(comm_id, v10::config_traffic_class(config))?;
-    put(ctx, as_ptr(t), "ctx")
+    put(ctx, as_ptr(t), "ctx")?;
+    reload::on_init(logger, abi);
+    Ok(())
 }
 
 unsafe extern "C" fn get_properties(dev: c_int, props: *mut NcclNetPropertiesV11) -> NcclResult {

@@ -5,6 +5,8 @@
 //! physical devices and never hands us an 8-device merge). `railId` and `planeId` are
 //! `NCCL_NET_ID_UNDEF`: the plugin does not know the fabric's rails or planes, and a wrong
 //! defined value would change how NCCL pairs NICs in rings and trees.
+// A build with `HA_ABI_MAX` below 12 keeps the table but does not export it.
+#![cfg_attr(not(ha_abi_v12), allow(dead_code))]
 
 use super::adapt::*;
 use super::shared;

@@ -512,8 +512,8 @@ fn v11_context_entries_check_their_arguments() {
 
 /// v12's `getProperties` writes every field of the 128-byte struct over memory NCCL leaves
 /// uninitialised (poisoned here): one physical device, the unused seven `devs` zero,
-/// `maxMultiRequestSize` 1, `railId`/`planeId` -1; NULL is refused. The v12 table shares v11's
-/// context entries, and its `init` refuses a NULL context pointer.
+/// `maxMultiRequestSize` 1, `railId`/`planeId` -1; NULL is refused. Its `init` refuses a NULL
+/// context pointer (the context entries are v11's, run by the per-version suites).
 #[test]
 fn v12_properties_fill_every_field() {
     use nccl_net_abi::v12::{NcclNetPropertiesV12, NCCL_NET_ID_UNDEF};
@@ -523,9 +523,7 @@ fn v12_properties_fill_every_field() {
     let p = plugin_for(Abi::V12);
     let t = p.table_v12().unwrap();
     assert!(t.make_v_device.is_none());
-    let v11 = plugin_for(Abi::V11).table_v11().unwrap();
-    assert_eq!(t.finalize, v11.finalize);
-    assert_eq!(t.listen, v11.listen);
+    assert!(t.finalize.is_some() && t.set_net_attr.is_some());
     let mut raw = std::mem::MaybeUninit::<NcclNetPropertiesV12>::uninit();
     // SAFETY: poisoning the bytes of a local; the struct is only read after the plugin wrote
     // it (every field), and reading plain-data fields is valid for any bit pattern.
