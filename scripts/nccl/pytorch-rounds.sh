@@ -2,7 +2,8 @@
 # Communicators re-created in one process through the HA plugin, once per remedy for NCCL
 # 2.28/2.29's plugin reload (see README "Re-creating communicators"): two PyTorch ranks on ONE
 # GPU (distinct NCCL hosts via NCCL_HOSTID, MPS on), forced onto the network path
-# (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=HA NCCL_NVLS_ENABLE=0, sock fabric on lo),
+# (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=HA NCCL_NVLS_ENABLE=0; sock fabric on two
+# loopback rails, so every connection has a standby path),
 # each running scripts/nccl/pytorch-rounds.py: ROUNDS x (init_process_group -> all_reduce,
 # broadcast, send/recv, all_to_all, sub-group -> destroy_process_group), results checked.
 #
@@ -83,7 +84,8 @@ for remedy in $remedies; do
   for r in 0 1; do
     env -u NCCL_NET_PLUGIN_REF_COUNT \
       LD_LIBRARY_PATH="$libdir:${LD_LIBRARY_PATH:-}" NCCL_NET_PLUGIN=ha NCCL_NET=HA \
-      HA_NCCL_FABRIC=sock NCCL_SOCKET_IFNAME=lo NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
+      HA_NCCL_FABRIC=sock HA_NCCL_SOCK_RAILS=127.0.0.1,127.0.0.2 NCCL_SOCKET_IFNAME=lo \
+      NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
       NCCL_NVLS_ENABLE=0 NCCL_HOSTID="ha-rounds-rank$r" CUDA_VISIBLE_DEVICES="$device" DEVICE=0 \
       NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
       RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
