@@ -61,7 +61,7 @@ Section: libs
 Priority: optional
 Homepage: https://github.com/nccl-net-ha/nccl-net-ha
 Description: NCCL network plugin that survives NIC, cable and switch-port failures
- libnccl-net-ha.so is an NCCL ext-net plugin (v8-v11, name HA) for InfiniBand/RoCE
+ libnccl-net-ha.so is an NCCL ext-net plugin (v8-v12, name HA) for InfiniBand/RoCE
  clusters: every connection has a primary and a standby RC path on different NICs, and
  a failover engine moves traffic to the standby, replaying exactly what the peer did not
  receive. Load it with NCCL_NET_PLUGIN=ha NCCL_NET=HA. Also ships ha-harness (checks,
