@@ -8,9 +8,9 @@
  *
  * Layout of this header:
  *   1. Definitions shared by every ABI version (result codes, logging, constants).
- *   2. One section per ext-net version the plugin exports: v8, v9, v10, v11. NCCL uses the
- *      newest table it finds (`dlsym` of ncclNetPlugin_v11, then _v10, _v9, _v8); a build
- *      with HA_ABI_MAX=N (scripts/build.sh) exports only v8..vN.
+ *   2. One section per ext-net version the plugin exports: v8, v9, v10, v11, v12. NCCL uses
+ *      the newest table it finds (`dlsym` of ncclNetPlugin_v12, then _v11, _v10, _v9, _v8);
+ *      a build with HA_ABI_MAX=N (scripts/build.sh) exports only v8..vN.
  *
  * All structures assume an LP64 platform (x86-64 / aarch64 Linux): pointers and size_t are
  * 8 bytes, int is 4 bytes, C enums are 4 bytes.
@@ -388,6 +388,86 @@ typedef struct {
 } ncclNet_v11_t;
 
 extern const ncclNet_v11_t ncclNetPlugin_v11;
+
+/* ==========================================================================================
+ * 6. ext-net v12 (NCCL 2.30+): 8 devices per virtual NIC, railId and planeId
+ * ========================================================================================== */
+
+/* Physical devices one virtual NIC may fuse from v12 on. */
+#define NCCL_NET_MAX_DEVS_PER_NIC_V12 8
+
+/* railId / planeId of a device whose rail or plane is not known. */
+#define NCCL_NET_ID_UNDEF -1
+
+typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v12_t;
+typedef ncclNetCommConfig_v10_t ncclNetCommConfig_v12_t;
+typedef ncclNetCommAttr_v11_t ncclNetCommAttr_v12_t;
+typedef ncclNetAttr_v11_t ncclNetAttr_v12_t;
+
+/* 36 bytes. */
+typedef struct {
+  int ndevs;                                /* 0 */
+  int devs[NCCL_NET_MAX_DEVS_PER_NIC_V12];  /* 4 */
+} ncclNetVDeviceProps_v12_t;
+
+/* 128 bytes, 8-byte aligned: v11's properties with the 36-byte vProps, then railId and
+ * planeId (this plugin: NCCL_NET_ID_UNDEF, so NCCL pairs NICs as it does for older ABIs). */
+typedef struct {
+  char* name;             /*   0 */
+  char* pciPath;          /*   8 */
+  uint64_t guid;          /*  16 */
+  int ptrSupport;         /*  24 */
+  int regIsGlobal;        /*  28 */
+  int forceFlush;         /*  32 */
+  int speed;              /*  36 */
+  int port;               /*  40 */
+  float latency;          /*  44 */
+  int maxComms;           /*  48 */
+  int maxRecvs;           /*  52 */
+  ncclNetDeviceType netDeviceType; /* 56 */
+  int netDeviceVersion;   /*  60 */
+  ncclNetVDeviceProps_v12_t vProps; /* 64 (4 bytes of padding follow, at 100) */
+  size_t maxP2pBytes;     /* 104 */
+  size_t maxCollBytes;    /* 112 */
+  int maxMultiRequestSize; /* 120 */
+  int16_t railId;         /* 124 */
+  int16_t planeId;        /* 126 */
+} ncclNetProperties_v12_t;
+
+/* 176 bytes: v11's members, order and signatures, with the v12 properties. */
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config,
+                       ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v12_t* props);
+  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm,
+                          ncclNetDeviceHandle_v12_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm,
+                         ncclNetDeviceHandle_v12_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
+                              int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                        void* phandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+                        void** mhandles, void** phandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                         void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+  ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v12_t* props);
+  ncclResult_t (*finalize)(void* ctx);
+  ncclResult_t (*setNetAttr)(void* ctx, ncclNetAttr_v12_t* netAttr);
+} ncclNet_v12_t;
+
+extern const ncclNet_v12_t ncclNetPlugin_v12;
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -10,12 +10,12 @@
 # usage: scripts/build.sh [--abi-variants]
 #
 #   HA_ABI_MAX=N scripts/build.sh   dist/libnccl-net-ha.so exports ext-net v8..vN only
-#                                   (N = 8, 9, 10 or 11; default 11 = all four). NCCL uses the
+#                                   (N = 8..12; default 12 = all five). NCCL uses the
 #                                   newest ncclNetPlugin_vN symbol it finds, so this is how to
 #                                   make it fall back to an older ABI.
-#   --abi-variants                  also build dist/abi-v8/, dist/abi-v9/, dist/abi-v10/ and
-#                                   dist/abi-v11/, each holding a libnccl-net-ha.so whose newest
-#                                   ABI is that version (for scripts/nccl/abi-versions.sh).
+#   --abi-variants                  also build dist/abi-v8/ ... dist/abi-v12/, each holding a
+#                                   libnccl-net-ha.so whose newest ABI is that version (for
+#                                   scripts/nccl/abi-versions.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 variants=0
@@ -41,14 +41,14 @@ install_so() {
 }
 exports() { nm -D --defined-only "$1" | grep -o 'ncclNetPlugin_v[0-9]*' | sort -V | tr '\n' ' '; }
 if [ "$variants" = 1 ]; then
-  for v in 8 9 10 11; do
+  for v in 8 9 10 11 12; do
     build "$v"
     mkdir -p "dist/abi-v$v"
     install_so target/release/libnccl_net_ha.so "dist/abi-v$v/libnccl-net-ha.so"
     echo "built $(pwd)/dist/abi-v$v/libnccl-net-ha.so: $(exports "dist/abi-v$v/libnccl-net-ha.so")"
   done
 fi
-max=${HA_ABI_MAX:-11}
+max=${HA_ABI_MAX:-12}
 build "$max"
 install_so target/release/libnccl_net_ha.so dist/libnccl-net-ha.so
 cp -f target/release/ha-harness dist/ha-harness

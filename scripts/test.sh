@@ -13,8 +13,15 @@ else echo "test: cargo clippy not installed, lint skipped"; fi
 cargo build --locked --workspace
 cargo test --locked --workspace -- --test-threads=2
 bash scripts/build.sh
+# The Debian package: built, installed into a throwaway root, loaded by name as NCCL does.
+bash scripts/package-deb.sh
+if [ "$(id -u)" = 0 ]; then
+  bash scripts/check-deb.sh dist/nccl-net-ha_*.deb
+else echo "test: not root, package install check skipped"; fi
 # Soak: random traffic on two connections while rails flap; exactly-once, memory flat.
-bash scripts/drill/soak.sh 60 --streams 2 --window 8
+if [ "$(id -u)" = 0 ]; then
+  bash scripts/drill/soak.sh 60 --streams 2 --window 8
+else echo "test: not root, soak skipped (network namespaces: run this script as root for it)"; fi
 # The verbs fabric on real kernel verbs: Soft-RoCE (rdma_rxe) in a QEMU guest.
 if [ "${HA_SKIP_VM:-0}" = 1 ]; then
   echo "test: HA_SKIP_VM=1, Soft-RoCE VM suite skipped"

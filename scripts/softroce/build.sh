@@ -12,6 +12,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SR_WORK=${SR_WORK:-/tmp/softroce}
 mkdir -p "$SR_WORK"
 export DEBIAN_FRONTEND=noninteractive
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"  # apt-get install/update need root
 
 PKGS=(qemu-system-x86 busybox-static libibverbs1 ibverbs-providers ibverbs-utils perftest
       iproute2 kmod cpio python3)
@@ -21,9 +22,9 @@ for p in "${PKGS[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "softroce/build: installing ${missing[*]}" >&2
-  if ! apt-get install -y --no-install-recommends "${missing[@]}" >"$SR_WORK/apt.log" 2>&1; then
-    apt-get update >>"$SR_WORK/apt.log" 2>&1
-    apt-get install -y --no-install-recommends "${missing[@]}" >>"$SR_WORK/apt.log" 2>&1 ||
+  if ! $SUDO apt-get install -y --no-install-recommends "${missing[@]}" >"$SR_WORK/apt.log" 2>&1; then
+    $SUDO apt-get update >>"$SR_WORK/apt.log" 2>&1
+    $SUDO apt-get install -y --no-install-recommends "${missing[@]}" >>"$SR_WORK/apt.log" 2>&1 ||
       { echo "softroce/build: apt-get failed, see $SR_WORK/apt.log" >&2; exit 1; }
   fi
 fi
@@ -34,7 +35,7 @@ KPKG=${SR_KPKG:-}
 if [ -z "$KPKG" ] && [ -f "$SR_WORK/kpkg" ]; then KPKG=$(<"$SR_WORK/kpkg"); fi
 if [ -z "$KPKG" ]; then
   KPKG=$(kpkg_of_meta)
-  if [ -z "$KPKG" ]; then apt-get update >/dev/null 2>&1; KPKG=$(kpkg_of_meta); fi
+  if [ -z "$KPKG" ]; then $SUDO apt-get update >/dev/null 2>&1; KPKG=$(kpkg_of_meta); fi
   [ -n "$KPKG" ] || { echo "softroce/build: cannot find Debian's kernel package" >&2; exit 1; }
 fi
 KVER=${KPKG#linux-image-}
@@ -43,7 +44,7 @@ if [ ! -f "$KROOT/boot/vmlinuz-$KVER" ]; then
   echo "softroce/build: fetching $KPKG" >&2
   rm -rf "$KROOT" "$SR_WORK"/linux-image-*.deb
   (cd "$SR_WORK" && { apt-get download "$KPKG" >/dev/null 2>&1 ||
-                      { apt-get update >/dev/null 2>&1; apt-get download "$KPKG" >/dev/null; }; })
+                      { $SUDO apt-get update >/dev/null 2>&1; apt-get download "$KPKG" >/dev/null; }; })
   dpkg-deb -x "$SR_WORK"/linux-image-*.deb "$KROOT"
   depmod -b "$KROOT" "$KVER"
   rm -f "$SR_WORK"/linux-image-*.deb

@@ -16,6 +16,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 t0=$SECONDS
 export DEBIAN_FRONTEND=noninteractive
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"  # apt-get install/update need root
 DEPS=(cmake pkg-config python3 libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev)
 missing=()
 for p in "${DEPS[@]}"; do
@@ -23,8 +24,8 @@ for p in "${DEPS[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test-verbs: installing ${missing[*]}" >&2
-  { apt-get install -y --no-install-recommends "${missing[@]}" ||
-    { apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"; }; } >/dev/null ||
+  { $SUDO apt-get install -y --no-install-recommends "${missing[@]}" ||
+    { $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends "${missing[@]}"; }; } >/dev/null ||
     { echo "test-verbs: apt-get failed"; exit 2; }
 fi
 log=$(mktemp)

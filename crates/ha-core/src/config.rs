@@ -105,6 +105,22 @@ pub const SOCK_SEGMENT: Param = Param {
     range: Some((4 * KIB, 64 * MIB)),
 };
 
+pub const SOCK_MAX_QP: Param = Param {
+    name: "HA_NCCL_SOCK_MAX_QP",
+    kind: Kind::U32,
+    default: "0",
+    doc: "`sock` fabric: emulate a device holding at most this many queue pairs per rail (one more fails to be created, as `ibv_create_qp` does; `maxComms` is budgeted from it); 0 = no limit. For tests of the connection budget.",
+    range: None,
+};
+
+pub const SOCK_MAX_CQE: Param = Param {
+    name: "HA_NCCL_SOCK_MAX_CQE",
+    kind: Kind::U32,
+    default: "0",
+    doc: "`sock` fabric: emulate a device whose completion queues hold at most this many entries (one more overruns the queue: it loses completions and fails every later poll, as after `IBV_EVENT_CQ_ERR`; `maxComms` is budgeted from it); 0 = unbounded. For tests of the connection budget.",
+    range: None,
+};
+
 pub const TEST_MAX_POLL: Param = Param {
     name: "HA_NCCL_TEST_MAX_POLL",
     kind: Kind::U32,
@@ -231,6 +247,8 @@ pub const PARAMS: &[Param] = &[
     SOCK_RAILS,
     SOCK_RETRY_MS,
     SOCK_SEGMENT,
+    SOCK_MAX_QP,
+    SOCK_MAX_CQE,
     TEST_MAX_POLL,
     PROGRESS_SPIN_US,
     HANDSHAKE_TIMEOUT_MS,
@@ -259,6 +277,10 @@ pub struct Config {
     pub sock_retry: Duration,
     /// `HA_NCCL_SOCK_SEGMENT`, in bytes.
     pub sock_segment: usize,
+    /// `HA_NCCL_SOCK_MAX_QP` (`None`: 0, no limit).
+    pub sock_max_qp: Option<u32>,
+    /// `HA_NCCL_SOCK_MAX_CQE` (`None`: 0, unbounded).
+    pub sock_max_cqe: Option<u32>,
     /// `HA_NCCL_TEST_MAX_POLL`.
     pub test_max_poll: u32,
     /// `HA_NCCL_PROGRESS_SPIN_US`.
@@ -355,6 +377,8 @@ impl Config {
             sock_retry: Duration::from_millis(parse_number(&SOCK_RETRY_MS, &text(&SOCK_RETRY_MS))?),
             sock_segment: usize::try_from(parse_number(&SOCK_SEGMENT, &text(&SOCK_SEGMENT))?)
                 .map_err(|_| out_of_range(&SOCK_SEGMENT, &text(&SOCK_SEGMENT)))?,
+            sock_max_qp: limit(&SOCK_MAX_QP, &text(&SOCK_MAX_QP))?,
+            sock_max_cqe: limit(&SOCK_MAX_CQE, &text(&SOCK_MAX_CQE))?,
             test_max_poll: u32::try_from(parse_number(&TEST_MAX_POLL, &text(&TEST_MAX_POLL))?)
                 .map_err(|_| out_of_range(&TEST_MAX_POLL, &text(&TEST_MAX_POLL)))?,
             progress_spin: Duration::from_micros(parse_number(
@@ -477,6 +501,12 @@ fn parse_enum(p: &Param, value: &str) -> Result<usize, ConfigError> {
             value: value.to_string(),
             accepted: choices.join("|"),
         })
+}
+
+/// A `U32` limit where 0 means none.
+fn limit(p: &Param, value: &str) -> Result<Option<u32>, ConfigError> {
+    let n = u32::try_from(parse_number(p, value)?).map_err(|_| out_of_range(p, value))?;
+    Ok((n > 0).then_some(n))
 }
 
 fn parse_bool(p: &Param, value: &str) -> Result<bool, ConfigError> {
@@ -612,6 +642,7 @@ mod tests {
         assert!(c.enable_backup && c.failback && !c.mr_eager);
         assert_eq!(c.rto, Duration::from_millis(1000));
         assert_eq!(c.sock_segment, 1 << 20);
+        assert_eq!((c.sock_max_qp, c.sock_max_cqe), (None, None));
         assert_eq!(c.test_max_poll, 16);
         assert_eq!(c.progress_spin, Duration::from_micros(50));
         assert_eq!(c.handshake_timeout, Duration::from_millis(30_000));
@@ -710,6 +741,14 @@ mod tests {
             assert!(matches!(e, ConfigError::Malformed { .. }), "{bad}: {e:?}");
             assert!(e.to_string().starts_with("HA_NCCL_TEST_MAX_POLL="), "{e}");
         }
+    }
+
+    #[test]
+    fn emulated_sock_limits() {
+        let c = with(&[("HA_NCCL_SOCK_MAX_QP", "40"), ("HA_NCCL_SOCK_MAX_CQE", "0")]).unwrap();
+        assert_eq!((c.sock_max_qp, c.sock_max_cqe), (Some(40), None));
+        let e = err_for("HA_NCCL_SOCK_MAX_CQE", "many");
+        assert!(matches!(e, ConfigError::Malformed { .. }), "{e:?}");
     }
 
     #[test]
@@ -863,6 +902,8 @@ mod tests {
             ("HA_NCCL_STATS_FILE", "/tmp/s.json"),
             ("HA_NCCL_QP_TIMEOUT", "12"),
             ("HA_NCCL_QP_RETRY_CNT", "3"),
+            ("HA_NCCL_SOCK_MAX_QP", "29"),
+            ("HA_NCCL_SOCK_MAX_CQE", "31"),
             ("HA_NCCL_GDR", "1"),
         ])
         .unwrap();
@@ -871,6 +912,8 @@ mod tests {
             sock_rails,
             sock_retry,
             sock_segment,
+            sock_max_qp,
+            sock_max_cqe,
             test_max_poll,
             progress_spin,
             handshake_timeout,
@@ -902,8 +945,9 @@ mod tests {
         assert_eq!(rearm_hold, Duration::from_millis(23));
         assert_eq!(stats_file, "/tmp/s.json");
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
+        assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
         assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
-        assert_eq!(PARAMS.len(), 19, "one PARAMS row per Config field");
+        assert_eq!(PARAMS.len(), 21, "one PARAMS row per Config field");
     }
 
     #[test]

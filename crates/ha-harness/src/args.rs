@@ -14,7 +14,7 @@ usage: ha-harness <check|bench|stream|now|help> --plugin PATH [options]   (strea
 
 common options:
   --plugin PATH       ext-net library to load (required); its newest exported ABI is used
-  --abi VERSION       drive this ABI instead: v8, v9, v10 or v11 (the library must export it)
+  --abi VERSION       drive this ABI instead: v8 ... v12 (the library must export it)
   --dev N             device index (default 0)
   --peer-dev N        device index of side B (the receiver side in procs mode); default
                       --dev. Two ends of one link (two RDMA ports) give a real wire path.
@@ -491,8 +491,10 @@ mod tests {
         assert_eq!(o.abi, Some(Abi::V9));
         let o = parse_args(&args("bench --plugin x.so --abi=11")).unwrap();
         assert_eq!(o.abi, Some(Abi::V11));
+        let o = parse_args(&args("check --plugin x.so --abi v12")).unwrap();
+        assert_eq!(o.abi, Some(Abi::V12));
         let e = parse_args(&args("check --plugin x.so --abi v7")).unwrap_err();
-        assert!(e.contains("v8, v9, v10 or v11"), "{e}");
+        assert!(e.contains("v8, v9, v10, v11 or v12"), "{e}");
     }
 
     #[test]

@@ -176,6 +176,8 @@ mod tests {
             max_p2p_bytes: 1 << 30,
             max_coll_bytes: 512 << 20,
             max_multi_request_size: 1,
+            rail_id: -1,
+            plane_id: -1,
         }
     }
 

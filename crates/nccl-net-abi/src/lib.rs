@@ -1,4 +1,4 @@
-//! `#[repr(C)]` mirrors of NCCL's ext-net plugin ABI: one module per version (`v8` … `v11`:
+//! `#[repr(C)]` mirrors of NCCL's ext-net plugin ABI: one module per version (`v8` … `v12`:
 //! the function table, properties and the structures they take) and the constants and
 //! callback types every version shares (`common`). Data only: no code runs here.
 //!
@@ -9,5 +9,6 @@
 pub mod common;
 pub mod v10;
 pub mod v11;
+pub mod v12;
 pub mod v8;
 pub mod v9;

@@ -1,4 +1,4 @@
-//! Checks that include/nccl_net_ha.h and the Rust mirrors in `nccl_net_abi::v{8,9,10,11}`
+//! Checks that include/nccl_net_ha.h and the Rust mirrors in `nccl_net_abi::v{8,...,12}`
 //! agree on the size, alignment and every field offset of every structure of every exported
 //! ABI version, by compiling a small C program against the header with `cc` and comparing
 //! what it prints. Also checks that the header compiles as C++ when `g++` is available.
@@ -10,6 +10,10 @@ use nccl_net_abi::v10::{
 use nccl_net_abi::v11::{
     NcclNetAttrV11, NcclNetCommAttrV11, NcclNetCommConfigV11, NcclNetDeviceHandleV11,
     NcclNetPropertiesV11, NcclNetV11, NcclNetVDevicePropsV11,
+};
+use nccl_net_abi::v12::{
+    NcclNetAttrV12, NcclNetCommAttrV12, NcclNetCommConfigV12, NcclNetDeviceHandleV12,
+    NcclNetPropertiesV12, NcclNetV12, NcclNetVDevicePropsV12,
 };
 use nccl_net_abi::v8::{NcclNetDeviceHandleV8, NcclNetPropertiesV8, NcclNetV8};
 use nccl_net_abi::v9::{
@@ -77,7 +81,7 @@ macro_rules! dev_handle_layout {
     };
 }
 
-/// v9, v10 and v11 structures.
+/// v9, v10, v11 and v12 structures.
 fn newer_layouts() -> Vec<StructLayout> {
     vec![
         dev_handle_layout!(NcclNetDeviceHandleV9, "ncclNetDeviceHandle_v9_t"),
@@ -103,6 +107,22 @@ fn newer_layouts() -> Vec<StructLayout> {
             "sendCommAttr" => send_comm_attr, "recvCommAttr" => recv_comm_attr,
             "op" => op, "algo" => algo, "proto" => proto),
         net_layout!(NcclNetV11, "ncclNet_v11_t",
+            "makeVDevice" => make_v_device, "finalize" => finalize, "setNetAttr" => set_net_attr),
+        dev_handle_layout!(NcclNetDeviceHandleV12, "ncclNetDeviceHandle_v12_t"),
+        layout!(NcclNetVDevicePropsV12, "ncclNetVDeviceProps_v12_t", "ndevs" => ndevs, "devs" => devs),
+        props_v9_layout!(NcclNetPropertiesV12, "ncclNetProperties_v12_t",
+            "maxMultiRequestSize" => max_multi_request_size, "railId" => rail_id,
+            "planeId" => plane_id),
+        layout!(NcclNetCommConfigV12, "ncclNetCommConfig_v12_t", "trafficClass" => traffic_class),
+        layout!(NcclNetCommAttrV12, "ncclNetCommAttr_v12_t",
+            "maxConcurrentPeers" => max_concurrent_peers,
+            "minConcurrentPeers" => min_concurrent_peers,
+            "maxFlowsPerPeer" => max_flows_per_peer,
+            "minFlowsPerPeer" => min_flows_per_peer),
+        layout!(NcclNetAttrV12, "ncclNetAttr_v12_t",
+            "sendCommAttr" => send_comm_attr, "recvCommAttr" => recv_comm_attr,
+            "op" => op, "algo" => algo, "proto" => proto),
+        net_layout!(NcclNetV12, "ncclNet_v12_t",
             "makeVDevice" => make_v_device, "finalize" => finalize, "setNetAttr" => set_net_attr),
     ]
 }
@@ -240,6 +260,7 @@ fn c_program(layouts: &[StructLayout]) -> String {
     src.push_str(
         "  (void)sizeof(&ncclNetPlugin_v8);\n  (void)sizeof(&ncclNetPlugin_v9);\n\
          (void)sizeof(&ncclNetPlugin_v10);\n  (void)sizeof(&ncclNetPlugin_v11);\n\
+         (void)sizeof(&ncclNetPlugin_v12);\n\
          return 0;\n}\n",
     );
     src
@@ -317,12 +338,22 @@ fn header_layout_matches_rust_types() {
     assert_eq!(c["ncclNetProperties_v11_t size"], 112);
     assert_eq!(c["ncclNetAttr_v11_t size"], 44);
     assert_eq!(c["ncclNet_v11_t size"], 176);
+    // v12: measured against NCCL 2.30.7's net_v12.h.
+    assert_eq!(c["ncclNetProperties_v12_t size"], 128);
+    assert_eq!(c["ncclNetProperties_v12_t.maxP2pBytes"], 104);
+    assert_eq!(c["ncclNetProperties_v12_t.maxMultiRequestSize"], 120);
+    assert_eq!(c["ncclNetProperties_v12_t.railId"], 124);
+    assert_eq!(c["ncclNetProperties_v12_t.planeId"], 126);
+    assert_eq!(c["ncclNetVDeviceProps_v12_t size"], 36);
+    assert_eq!(c["ncclNetAttr_v12_t size"], 44);
+    assert_eq!(c["ncclNet_v12_t size"], 176);
     // Every member of every table was compared (a table is a name plus entry points).
     for (t, entries) in [
         ("ncclNet_v8_t", 18),
         ("ncclNet_v9_t", 19),
         ("ncclNet_v10_t", 19),
         ("ncclNet_v11_t", 21),
+        ("ncclNet_v12_t", 21),
     ] {
         let members = c.keys().filter(|k| k.starts_with(&format!("{t}."))).count();
         assert_eq!(members, entries + 1, "{t}");
@@ -374,6 +405,14 @@ fn header_constants_match_rust() {
             k::NCCL_NET_TRAFFIC_CLASS_UNDEF.into(),
         ),
         ("NCCL_NET_ATTR_UNDEF", k::NCCL_NET_ATTR_UNDEF.into()),
+        (
+            "NCCL_NET_MAX_DEVS_PER_NIC_V12",
+            nccl_net_abi::v12::NCCL_NET_MAX_DEVS_PER_NIC_V12 as i64,
+        ),
+        (
+            "NCCL_NET_ID_UNDEF",
+            nccl_net_abi::v12::NCCL_NET_ID_UNDEF.into(),
+        ),
         ("sizeof(ncclResult_t)", 4),
         ("sizeof(ncclNetDeviceType)", 4),
     ];
@@ -431,10 +470,13 @@ fn header_is_valid_cpp() {
          static_assert(sizeof(ncclNet_v10_t) == 160, \"net10\");\n\
          static_assert(sizeof(ncclNet_v11_t) == 176, \"net11\");\n\
          static_assert(sizeof(ncclNetProperties_v11_t) == 112, \"props11\");\n\
+         static_assert(sizeof(ncclNet_v12_t) == 176, \"net12\");\n\
+         static_assert(sizeof(ncclNetProperties_v12_t) == 128, \"props12\");\n\
          const ncclNet_v8_t* table() { return &ncclNetPlugin_v8; }\n\
          const ncclNet_v9_t* table9() { return &ncclNetPlugin_v9; }\n\
          const ncclNet_v10_t* table10() { return &ncclNetPlugin_v10; }\n\
-         const ncclNet_v11_t* table11() { return &ncclNetPlugin_v11; }\n",
+         const ncclNet_v11_t* table11() { return &ncclNetPlugin_v11; }\n\
+         const ncclNet_v12_t* table12() { return &ncclNetPlugin_v12; }\n",
     )
     .expect("write C++ source");
     run(

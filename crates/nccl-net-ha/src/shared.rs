@@ -1,4 +1,4 @@
-//! The entry points whose C signature is the same in every ext-net version (v8 … v11):
+//! The entry points whose C signature is the same in every ext-net version (v8 … v12):
 //! written once, placed in every version's table. Each checks the pointers NCCL hands in and
 //! calls `ha_core::api::ops` under `guard` (panic-safe, errors logged and mapped).
 

@@ -5,7 +5,7 @@
 //! take profiler handles (ignored). The rest is v9's (properties) and v8's.
 
 use super::adapt::*;
-use super::shared;
+use super::{reload, shared};
 use super::{v8, v9};
 use ha_core::api::ops::{self, guard, Scope};
 use nccl_net_abi::common::*;
@@ -43,7 +43,9 @@ unsafe extern "C" fn init(logger: NcclDebugLogger, profiler: NcclProfilerCallbac
     code(guard("init", || {
         install_logger(logger);
         store_profiler(profiler);
-        ops::init()
+        ops::init()?;
+        reload::on_init(logger, 10);
+        Ok(())
     }))
 }
 

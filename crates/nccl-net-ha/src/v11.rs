@@ -14,10 +14,11 @@
 //! `init`.
 
 use super::adapt::*;
-use super::shared;
+use super::{reload, shared};
 use super::{v10, v9};
 use ha_core::api::ops::{self, guard};
 use ha_core::api::state::NetAttr;
+use ha_core::api::ApiResult;
 use nccl_net_abi::common::*;
 use nccl_net_abi::v11::{
     NcclNetAttrV11, NcclNetCommConfigV11, NcclNetDeviceHandleV11, NcclNetPropertiesV11, NcclNetV11,
@@ -61,12 +62,26 @@ unsafe extern "C" fn init(
     profiler: NcclProfilerCallback,
 ) -> NcclResult {
     code(guard("init", || {
-        non_null(ctx, "ctx")?;
-        install_logger(logger);
-        store_profiler(profiler);
-        let t = ops::context_init(comm_id, v10::config_traffic_class(config))?;
-        put(ctx, as_ptr(t), "ctx")
+        context_init(11, ctx, comm_id, config, logger, profiler)
     }))
+}
+
+/// The per-communicator `init` of v11 and v12 (`abi`: the version NCCL called).
+pub(super) fn context_init(
+    abi: u32,
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    config: *mut NcclNetCommConfigV11,
+    logger: NcclDebugLogger,
+    profiler: NcclProfilerCallback,
+) -> ApiResult<()> {
+    non_null(ctx, "ctx")?;
+    install_logger(logger);
+    store_profiler(profiler);
+    let t = ops::context_init(comm_id, v10::config_traffic_class(config))?;
+    put(ctx, as_ptr(t), "ctx")?;
+    reload::on_init(logger, abi);
+    Ok(())
 }
 
 unsafe extern "C" fn get_properties(dev: c_int, props: *mut NcclNetPropertiesV11) -> NcclResult {
@@ -99,7 +114,7 @@ unsafe extern "C" fn get_properties(dev: c_int, props: *mut NcclNetPropertiesV11
     }))
 }
 
-unsafe extern "C" fn listen(
+pub(super) unsafe extern "C" fn listen(
     ctx: *mut c_void,
     dev: c_int,
     handle: *mut c_void,
@@ -113,7 +128,7 @@ unsafe extern "C" fn listen(
     }))
 }
 
-unsafe extern "C" fn connect(
+pub(super) unsafe extern "C" fn connect(
     ctx: *mut c_void,
     dev: c_int,
     handle: *mut c_void,
@@ -131,7 +146,7 @@ unsafe extern "C" fn connect(
     }))
 }
 
-unsafe extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
+pub(super) unsafe extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
     code(guard("finalize", || {
         if ctx.is_null() {
             return Ok(());
@@ -140,7 +155,10 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
     }))
 }
 
-unsafe extern "C" fn set_net_attr(ctx: *mut c_void, attr: *mut NcclNetAttrV11) -> NcclResult {
+pub(super) unsafe extern "C" fn set_net_attr(
+    ctx: *mut c_void,
+    attr: *mut NcclNetAttrV11,
+) -> NcclResult {
     code(guard("setNetAttr", || {
         let a = get(attr, "netAttr")?;
         let side = |c: &nccl_net_abi::v11::NcclNetCommAttrV11| {

@@ -4,7 +4,7 @@
 //! points whose C signature did not change in later versions are shared with v9–v11's tables.
 
 use super::adapt::*;
-use super::shared;
+use super::{reload, shared};
 use ha_core::api::ops::{self, guard};
 use nccl_net_abi::common::*;
 use nccl_net_abi::v8::{NcclNetDeviceHandleV8, NcclNetPropertiesV8, NcclNetV8};
@@ -39,7 +39,9 @@ pub static ncclNetPlugin_v8: NcclNetV8 = NcclNetV8 {
 pub(super) unsafe extern "C" fn init(logger: NcclDebugLogger) -> NcclResult {
     code(guard("init", || {
         install_logger(logger);
-        ops::init()
+        ops::init()?;
+        reload::on_init(logger, 8);
+        Ok(())
     }))
 }
 
@@ -58,7 +60,7 @@ unsafe extern "C" fn get_properties(dev: c_int, props: *mut NcclNetPropertiesV8)
                 speed: d.speed_mbps,
                 port: d.port,
                 latency: 0.0,
-                max_comms: d.max_comms,
+                max_comms: ops::max_comms(dev)?,
                 max_recvs: ops::MAX_RECVS_ADVERTISED,
                 net_device_type: NCCL_NET_DEVICE_HOST,
                 net_device_version: 0,

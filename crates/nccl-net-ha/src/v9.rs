@@ -57,7 +57,7 @@ pub(super) fn properties(dev: c_int) -> ApiResult<NcclNetPropertiesV9> {
         speed: d.speed_mbps,
         port: d.port,
         latency: 0.0,
-        max_comms: d.max_comms,
+        max_comms: ops::max_comms(dev)?,
         max_recvs: ops::MAX_RECVS_ADVERTISED,
         net_device_type: NCCL_NET_DEVICE_HOST,
         net_device_version: 0,

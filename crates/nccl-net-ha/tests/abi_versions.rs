@@ -1,5 +1,6 @@
-//! What v9, v10 and v11 added, through the built library's C ABI (sock fabric on loopback):
-//! the properties each version reports, `size_t` sizes beyond `INT_MAX` reaching the
+//! What v9, v10, v11 and v12 added, through the built library's C ABI (sock fabric on
+//! loopback): the properties each version reports (v12: rail and plane unknown, every byte
+//! written over poisoned memory), `size_t` sizes beyond `INT_MAX` reaching the
 //! transport intact, receives NCCL marks completion-optional, the traffic class of v10's
 //! comm config and v11's context reaching the rail sockets (`IP_TOS`), setNetAttr, and the
 //! new entry points' checks of NULL and forged pointers.
@@ -62,7 +63,8 @@ fn eventually(mut f: impl FnMut() -> bool) -> bool {
 
 /// The properties each version reports: v8's fields everywhere; from v9 no forced flush,
 /// one physical device per device, 1 GiB `maxP2pBytes`, 512 MiB `maxCollBytes`; from v11
-/// one request per multi-request.
+/// one request per multi-request; v12 rail and plane `NCCL_NET_ID_UNDEF` (the loader reads
+/// -1 for older versions, as NCCL's compatibility layer sets them).
 fn properties_per_version(abi: Abi) {
     let p = plugin_for(abi);
     let v8 = plugin_for(Abi::V8).properties(0).unwrap();
@@ -77,6 +79,8 @@ fn properties_per_version(abi: Abi) {
     assert_eq!(d.max_p2p_bytes, 1 << 30);
     assert_eq!(d.max_coll_bytes, 512 << 20);
     assert_eq!(d.max_multi_request_size, 1);
+    assert_eq!((d.rail_id, d.plane_id), (-1, -1));
+    assert_eq!(d.max_comms, v8.max_comms);
 }
 
 /// v9+ sizes are `size_t`: a send of 2 GiB + 8 bytes (not an `int`) against a 16-byte
@@ -208,7 +212,11 @@ fn traffic_class_reaches_the_sockets(abi: Abi) {
         return;
     }
     // A DSCP value per version (ECN bits clear: TCP manages those), used by no other test.
-    let tc: u8 = if abi == Abi::V10 { 0x68 } else { 0xb8 };
+    let tc: u8 = match abi {
+        Abi::V10 => 0x68,
+        Abi::V11 => 0xb8,
+        _ => 0x88,
+    };
     let p = plugin_for(abi);
     assert_eq!(sockets_with_tos(tc), 0);
     let ctx = p.init_context(0x7c, i32::from(tc)).unwrap();
@@ -500,4 +508,68 @@ fn v11_context_entries_check_their_arguments() {
             Err(NcclError(NCCL_INVALID_USAGE))
         );
     }
+}
+
+/// v12's `getProperties` writes every field of the 128-byte struct over memory NCCL leaves
+/// uninitialised (poisoned here): one physical device, the unused seven `devs` zero,
+/// `maxMultiRequestSize` 1, `railId`/`planeId` -1; NULL is refused. Its `init` refuses a NULL
+/// context pointer (the context entries are v11's, run by the per-version suites).
+#[test]
+fn v12_properties_fill_every_field() {
+    use nccl_net_abi::v12::{NcclNetPropertiesV12, NCCL_NET_ID_UNDEF};
+    if !runs(Abi::V12) {
+        return;
+    }
+    let p = plugin_for(Abi::V12);
+    let t = p.table_v12().unwrap();
+    assert!(t.make_v_device.is_none());
+    assert!(t.finalize.is_some() && t.set_net_attr.is_some());
+    let mut raw = std::mem::MaybeUninit::<NcclNetPropertiesV12>::uninit();
+    // SAFETY: poisoning the bytes of a local; the struct is only read after the plugin wrote
+    // it (every field), and reading plain-data fields is valid for any bit pattern.
+    let props = unsafe {
+        std::ptr::write_bytes(raw.as_mut_ptr().cast::<u8>(), 0xa5, 128);
+        assert_eq!(rc(t.get_properties.unwrap()(0, raw.as_mut_ptr())), Ok(()));
+        raw.assume_init()
+    };
+    let d = p.properties(0).unwrap();
+    assert_eq!(
+        (props.rail_id, props.plane_id),
+        (NCCL_NET_ID_UNDEF, NCCL_NET_ID_UNDEF)
+    );
+    assert_eq!(props.max_multi_request_size, 1);
+    assert_eq!(props.v_props.ndevs, 1);
+    assert_eq!(props.v_props.devs, [0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(props.max_p2p_bytes, 1 << 30);
+    assert_eq!(props.max_coll_bytes, 512 << 20);
+    assert_eq!(props.net_device_type, 0);
+    assert_eq!(props.net_device_version, 0);
+    assert_eq!(props.force_flush, 0);
+    assert_eq!(props.reg_is_global, 0);
+    assert_eq!(props.latency, 0.0);
+    assert_eq!(props.max_recvs, 8);
+    assert_eq!(props.max_comms, d.max_comms);
+    assert_eq!(
+        (props.guid, props.speed, props.port),
+        (d.guid, d.speed, d.port)
+    );
+    assert!(!props.name.is_null());
+    // SAFETY: NULL arguments on purpose.
+    unsafe {
+        assert_eq!(rc(t.get_properties.unwrap()(0, ptr::null_mut())), INVAL);
+        assert_eq!(
+            rc(t.init.unwrap()(
+                ptr::null_mut(),
+                1,
+                ptr::null_mut(),
+                None,
+                None
+            )),
+            INVAL
+        );
+    }
+    let mut raw = std::mem::MaybeUninit::<NcclNetPropertiesV12>::uninit();
+    // SAFETY: a device that does not exist; the out-struct is a live local.
+    let r = unsafe { t.get_properties.unwrap()(99, raw.as_mut_ptr()) };
+    assert_eq!(rc(r), INVAL);
 }

@@ -9,14 +9,15 @@ pub enum Abi {
     V9 = 9,
     V10 = 10,
     V11 = 11,
+    V12 = 12,
 }
 
 /// Name of the data symbol a v8 plugin exports.
 pub const SYMBOL_V8: &str = "ncclNetPlugin_v8";
 
 impl Abi {
-    /// Newest first: the order NCCL 2.28 probes the symbols in.
-    pub const NEWEST_FIRST: [Abi; 4] = [Abi::V11, Abi::V10, Abi::V9, Abi::V8];
+    /// Newest first: the order NCCL 2.30 probes the symbols in.
+    pub const NEWEST_FIRST: [Abi; 5] = [Abi::V12, Abi::V11, Abi::V10, Abi::V9, Abi::V8];
 
     /// The data symbol holding this version's table.
     pub fn symbol(self) -> &'static str {
@@ -25,6 +26,7 @@ impl Abi {
             Abi::V9 => "ncclNetPlugin_v9",
             Abi::V10 => "ncclNetPlugin_v10",
             Abi::V11 => "ncclNetPlugin_v11",
+            Abi::V12 => "ncclNetPlugin_v12",
         }
     }
 
@@ -41,7 +43,8 @@ impl Abi {
             "9" => Ok(Abi::V9),
             "10" => Ok(Abi::V10),
             "11" => Ok(Abi::V11),
-            _ => Err(format!("ABI {s:?}: expected v8, v9, v10 or v11")),
+            "12" => Ok(Abi::V12),
+            _ => Err(format!("ABI {s:?}: expected v8, v9, v10, v11 or v12")),
         }
     }
 }
@@ -61,6 +64,8 @@ mod tests {
         assert_eq!(Abi::parse("v8"), Ok(Abi::V8));
         assert_eq!(Abi::parse("11"), Ok(Abi::V11));
         assert_eq!(Abi::parse(" V10 "), Ok(Abi::V10));
+        assert_eq!(Abi::parse("v12"), Ok(Abi::V12));
+        assert!(Abi::parse("v13").is_err());
         assert!(Abi::parse("v7").is_err());
         assert_eq!(Abi::V9.to_string(), "v9");
         assert_eq!(Abi::V10.symbol(), "ncclNetPlugin_v10");

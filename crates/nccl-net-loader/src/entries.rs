@@ -1,6 +1,6 @@
 //! One interface over every version's table. The entries whose C signature is the same in
-//! v8 … v11 are copied once, at load, into [`Common`]; what differs between versions goes
-//! through one small adapter per version implementing [`Versioned`] (`v8.rs` … `v11.rs`),
+//! v8 … v12 are copied once, at load, into [`Common`]; what differs between versions goes
+//! through one small adapter per version implementing [`Versioned`] (`v8.rs` … `v12.rs`),
 //! the way NCCL converts an older table into its newest `ncclNet_t` with shims only for the
 //! calls whose signature changed.
 
@@ -8,9 +8,10 @@ use crate::abi::Abi;
 use crate::call::{invalid, Call};
 use crate::props::Props;
 use crate::NetCtx;
-use nccl_net_abi::common::NcclResult;
+use nccl_net_abi::common::{NcclDebugLogger, NcclResult};
 use nccl_net_abi::v10::NcclNetV10;
 use nccl_net_abi::v11::{NcclNetAttrV11, NcclNetV11};
+use nccl_net_abi::v12::NcclNetV12;
 use nccl_net_abi::v8::{NcclNetDeviceHandleV8, NcclNetV8};
 use nccl_net_abi::v9::NcclNetV9;
 use std::os::raw::{c_char, c_int, c_void};
@@ -129,6 +130,7 @@ pub enum RawTable {
     V9(&'static NcclNetV9),
     V10(&'static NcclNetV10),
     V11(&'static NcclNetV11),
+    V12(&'static NcclNetV12),
 }
 
 /// What differs between versions, behind one interface.
@@ -146,9 +148,14 @@ pub(crate) trait Versioned: Send + Sync {
     fn raw(&self) -> RawTable;
     /// Mandatory version-specific entries that are NULL.
     fn missing(&self) -> Vec<&'static str>;
-    /// `init` for a communicator: the context pointer v11 returns (NULL before v11).
-    fn init(&self, comm_id: u64, traffic_class: c_int) -> Call<*mut c_void>;
-    /// `finalize(ctx)` (v11); nothing before.
+    /// `init` for a communicator: the context pointer v11+ returns (NULL before v11).
+    fn init(
+        &self,
+        comm_id: u64,
+        traffic_class: c_int,
+        logger: NcclDebugLogger,
+    ) -> Call<*mut c_void>;
+    /// `finalize(ctx)` (v11+); nothing before.
     fn finalize(&self, _ctx: *mut c_void) -> Call<()> {
         Ok(())
     }

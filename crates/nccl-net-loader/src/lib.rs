@@ -1,15 +1,19 @@
-//! Loader for any ext-net library exporting v8, v9, v10 or v11: `dlopen`s it, looks up the
-//! newest `ncclNetPlugin_vN` it exports (as NCCL 2.28 does) or the version asked for, and
+//! Loader for any ext-net library exporting v8, v9, v10, v11 or v12: `dlopen`s it, looks up
+//! the newest `ncclNetPlugin_vN` it exports (as NCCL 2.30 does) or the version asked for, and
 //! wraps the table in methods that marshal arguments the way NCCL's proxy does, whatever the
 //! version. Used by `ha-harness` (to compare plugins) and by the C-ABI tests (misuse tests
 //! reach the raw tables through [`Plugin::table_v8`] etc.).
 //!
-//! v11 contexts: [`Plugin::init`] makes one default context (communicator id 0) that
+//! v11/v12 contexts: [`Plugin::init`] makes one default context (communicator id 0) that
 //! `listen`/`connect` use; [`Plugin::init_context`] makes more (one per NCCL communicator),
 //! used through [`Plugin::listen_in`] / [`Plugin::connect_in`] and ended by
 //! [`Plugin::finalize`]. For v8–v10 a context is only the traffic class `connect` passes (v10).
 //!
-//! The library is never `dlclose`d: plugins may run background threads.
+//! The library is never `dlclose`d by the loader: plugins may run background threads. A
+//! caller that manages the library itself (as NCCL does, closing it after the last
+//! communicator) wraps its own handle with [`Plugin::from_handle`].
+//!
+//! `init` passes NULL as NCCL's logger unless [`Plugin::set_logger`] gave one.
 //!
 //! Buffers are passed as raw pointers: the caller keeps them alive and untouched while a
 //! request that uses them is in flight, exactly as NCCL does.
@@ -17,7 +21,7 @@
 //!
 //! One interface whatever the version: the entries whose C signature never changed are
 //! copied once at load (`entries::Common`), the rest go through one small adapter per
-//! version (`v8.rs` … `v11.rs`, behind the `Versioned` trait). The version is matched once,
+//! version (`v8.rs` … `v12.rs`, behind the `Versioned` trait). The version is matched once,
 //! when the library is opened ([`Plugin::open_abi`]).
 
 mod abi;
@@ -28,6 +32,7 @@ mod props;
 mod types;
 mod v10;
 mod v11;
+mod v12;
 mod v8;
 mod v9;
 
@@ -39,10 +44,12 @@ pub use types::{Comm, Mr, NcclError, NetAttr, NetCtx, Request};
 use call::{rc, Call, CallError};
 use entries::{Common, Versioned};
 use nccl_net_abi::common::{
-    NCCL_INTERNAL_ERROR, NCCL_INVALID_USAGE, NCCL_NET_HANDLE_MAXSIZE, NCCL_NET_TRAFFIC_CLASS_UNDEF,
+    NcclDebugLogger, NCCL_INTERNAL_ERROR, NCCL_INVALID_USAGE, NCCL_NET_HANDLE_MAXSIZE,
+    NCCL_NET_TRAFFIC_CLASS_UNDEF,
 };
 use nccl_net_abi::v10::NcclNetV10;
 use nccl_net_abi::v11::NcclNetV11;
+use nccl_net_abi::v12::NcclNetV12;
 use nccl_net_abi::v8::{NcclNetDeviceHandleV8, NcclNetV8};
 use nccl_net_abi::v9::NcclNetV9;
 use props::c_string;
@@ -93,6 +100,7 @@ unsafe fn adapter(abi: Abi, addr: *mut c_void) -> Box<dyn Versioned> {
             Abi::V9 => Box::new(v9::V9(&*(addr as *const NcclNetV9))),
             Abi::V10 => Box::new(v10::V10(&*(addr as *const NcclNetV10))),
             Abi::V11 => Box::new(v11::V11(&*(addr as *const NcclNetV11))),
+            Abi::V12 => Box::new(v12::V12(&*(addr as *const NcclNetV12))),
         }
     }
 }
@@ -126,6 +134,8 @@ pub struct Plugin {
     common: Common,
     /// The context `listen`/`connect` use: made by `init`.
     default_ctx: OnceLock<NetCtx>,
+    /// The logger `init` passes (NCCL's `ncclDebugLogger_t`; `None`: NULL).
+    logger: NcclDebugLogger,
 }
 
 /// The historical name: the loader only drove v8 plugins once.
@@ -140,8 +150,8 @@ unsafe impl Send for Plugin {}
 unsafe impl Sync for Plugin {}
 
 impl Plugin {
-    /// `dlopen(path, RTLD_NOW | RTLD_LOCAL)` and use the newest table it exports (v11, v10,
-    /// v9, then v8), as NCCL 2.28 does.
+    /// `dlopen(path, RTLD_NOW | RTLD_LOCAL)` and use the newest table it exports (v12, v11,
+    /// v10, v9, then v8), as NCCL 2.30 does.
     pub fn open(path: &Path) -> Result<Self, String> {
         Self::open_abi(path, None)
     }
@@ -150,6 +160,21 @@ impl Plugin {
     /// does not export it).
     pub fn open_abi(path: &Path, abi: Option<Abi>) -> Result<Self, String> {
         let handle = dlopen(path)?;
+        // SAFETY: a handle this loader just opened and never closes.
+        unsafe { Self::from_handle(handle, path, abi) }
+    }
+
+    /// Wrap a library the caller opened (and may close, as NCCL does after the last
+    /// communicator): its newest table, or `Some(abi)`'s. `path` names it in messages.
+    ///
+    /// # Safety
+    /// `handle` is a live `dlopen` handle of an ext-net plugin, and the library stays loaded
+    /// for as long as the returned value (or anything obtained through it) is used.
+    pub unsafe fn from_handle(
+        handle: *mut c_void,
+        path: &Path,
+        abi: Option<Abi>,
+    ) -> Result<Self, String> {
         let candidates: Vec<Abi> = match abi {
             Some(a) => vec![a],
             None => Abi::NEWEST_FIRST.to_vec(),
@@ -158,7 +183,7 @@ impl Plugin {
             let addr = lookup(handle, a.symbol());
             if !addr.is_null() {
                 // SAFETY: `addr` is the library's `ncclNetPlugin_v<a>` symbol, which by the
-                // ext-net ABI is that version's table; the library is never dlclosed.
+                // ext-net ABI is that version's table; the caller keeps the library loaded.
                 let ver = unsafe { adapter(*a, addr) };
                 return Ok(Plugin {
                     path: path.to_path_buf(),
@@ -166,6 +191,7 @@ impl Plugin {
                     common: ver.common(),
                     ver,
                     default_ctx: OnceLock::new(),
+                    logger: None,
                 });
             }
         }
@@ -182,11 +208,28 @@ impl Plugin {
                 a.symbol()
             ),
             None => format!(
-                "{}: none of {} (not an ext-net plugin of v8..v11?)",
+                "{}: none of {} (not an ext-net plugin of v8..v12?)",
                 path.display(),
                 names.join(", ")
             ),
         })
+    }
+
+    /// The logger every later `init` passes (as NCCL passes its `ncclDebugLog`).
+    pub fn set_logger(&mut self, logger: NcclDebugLogger) {
+        self.logger = logger;
+    }
+
+    /// The address of the table this wrapper drives (to tell whether a reloaded library is
+    /// the same image).
+    pub fn table_addr(&self) -> usize {
+        match self.raw_table() {
+            RawTable::V8(t) => t as *const _ as usize,
+            RawTable::V9(t) => t as *const _ as usize,
+            RawTable::V10(t) => t as *const _ as usize,
+            RawTable::V11(t) => t as *const _ as usize,
+            RawTable::V12(t) => t as *const _ as usize,
+        }
     }
 
     /// The versions `path` exports, newest first (without initialising anything).
@@ -250,6 +293,14 @@ impl Plugin {
         }
     }
 
+    /// The raw v12 table (when this wrapper drives v12).
+    pub fn table_v12(&self) -> Option<&NcclNetV12> {
+        match self.raw_table() {
+            RawTable::V12(t) => Some(t),
+            _ => None,
+        }
+    }
+
     /// Names of the mandatory entries that are NULL in the table (all except `getDeviceMr`,
     /// `irecvConsumed`, `makeVDevice` and `setNetAttr`, which NCCL allows to be NULL).
     pub fn missing_entries(&self) -> Vec<&'static str> {
@@ -280,7 +331,8 @@ impl Plugin {
         f.ok_or_else(|| self.missing(what))
     }
 
-    /// `init` with a NULL logger (and, v10+, a NULL profiler callback). For v11 this makes
+    /// `init` with the logger of [`Plugin::set_logger`] (default NULL) and, v10+, a NULL
+    /// profiler callback. For v11/v12 this makes
     /// the default context (communicator id 0, traffic class undefined) that
     /// [`Plugin::listen`] and [`Plugin::connect`] use; calling it again is harmless.
     pub fn init(&self) -> Result<(), NcclError> {
@@ -295,25 +347,25 @@ impl Plugin {
         Ok(())
     }
 
-    /// A communicator's context: v11 calls `init(&ctx, comm_id, {traffic_class}, NULL, NULL)`
-    /// (one per communicator, as NCCL 2.28 does); older versions call their `init` (plugins
+    /// A communicator's context: v11/v12 call `init(&ctx, comm_id, {traffic_class}, logger,
+    /// NULL)` (one per communicator, as NCCL 2.28+ does); older versions call their `init` (plugins
     /// keep it idempotent; NCCL's adapters call it once) and remember the traffic class for
     /// v10's `connect`.
     pub fn init_context(&self, comm_id: u64, traffic_class: i32) -> Result<NetCtx, NcclError> {
-        let ptr = self.done(self.ver.init(comm_id, traffic_class))?;
-        if self.abi() == Abi::V11 && ptr.is_null() {
+        let ptr = self.done(self.ver.init(comm_id, traffic_class, self.logger))?;
+        if self.abi() >= Abi::V11 && ptr.is_null() {
             tracing::error!("plugin {}: init succeeded with a NULL context", self.name());
             return Err(NcclError(NCCL_INTERNAL_ERROR));
         }
         Ok(NetCtx { ptr, traffic_class })
     }
 
-    /// `finalize(ctx)` (v11); a no-op before v11.
+    /// `finalize(ctx)` (v11+); a no-op before v11.
     pub fn finalize(&self, ctx: NetCtx) -> Result<(), NcclError> {
         self.done(self.ver.finalize(ctx.ptr))
     }
 
-    /// `setNetAttr(ctx, attr)` (v11; `Ok(false)` when the version or the plugin has none).
+    /// `setNetAttr(ctx, attr)` (v11+; `Ok(false)` when the version or the plugin has none).
     pub fn set_net_attr(&self, ctx: &NetCtx, attr: &NetAttr) -> Result<bool, NcclError> {
         self.done(self.ver.set_net_attr(ctx.ptr, attr))
     }
@@ -500,7 +552,7 @@ mod tests {
             Err(e) => e,
         };
         assert!(
-            err.contains("ncclNetPlugin_v11, ncclNetPlugin_v10"),
+            err.contains("ncclNetPlugin_v12, ncclNetPlugin_v11, ncclNetPlugin_v10"),
             "{err}"
         );
         assert_eq!(Plugin::exported_abis(Path::new("libc.so.6")), Ok(vec![]));

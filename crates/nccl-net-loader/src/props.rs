@@ -30,12 +30,16 @@ pub struct Props {
     pub max_p2p_bytes: usize,
     /// v9+: largest collective-offload transfer (v8: 512 MiB).
     pub max_coll_bytes: usize,
-    /// v11: requests per multi-request (before: 1).
+    /// v11+: requests per multi-request (before: 1).
     pub max_multi_request_size: i32,
+    /// v12: the device's rail (before, and when unknown: -1, `NCCL_NET_ID_UNDEF`).
+    pub rail_id: i16,
+    /// v12: the device's network plane (before, and when unknown: -1).
+    pub plane_id: i16,
 }
 
 impl Props {
-    /// From v9's layout (v10's is the same; v11 adds one field on top).
+    /// From v9's layout (v10's is the same; v11 and v12 add fields on top).
     pub(crate) fn from_v9(raw: &NcclNetPropertiesV9) -> Props {
         Props {
             name: c_string(raw.name).unwrap_or_default(),
@@ -53,6 +57,8 @@ impl Props {
             max_p2p_bytes: raw.max_p2p_bytes,
             max_coll_bytes: raw.max_coll_bytes,
             max_multi_request_size: 1,
+            rail_id: -1,
+            plane_id: -1,
         }
     }
 }

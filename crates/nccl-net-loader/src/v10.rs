@@ -9,6 +9,7 @@ use crate::props::{read_props, ArgArray, Props};
 use crate::v8::missing_of;
 use crate::v9::sized;
 use crate::NetCtx;
+use nccl_net_abi::common::NcclDebugLogger;
 use nccl_net_abi::v10::{NcclNetCommConfigV10, NcclNetV10};
 use nccl_net_abi::v8::NcclNetDeviceHandleV8;
 use std::os::raw::{c_char, c_int, c_void};
@@ -40,10 +41,16 @@ impl Versioned for V10 {
             ("irecv", t.irecv.is_none()),
         ])
     }
-    fn init(&self, _comm_id: u64, _traffic_class: c_int) -> Call<*mut c_void> {
+    fn init(
+        &self,
+        _comm_id: u64,
+        _traffic_class: c_int,
+        logger: NcclDebugLogger,
+    ) -> Call<*mut c_void> {
         let f = entry(self.0.init, "init")?;
-        // SAFETY: nullable logger and profiler callback; NULL is passed for both.
-        rc(unsafe { f(None, None) })?;
+        // SAFETY: nullable logger and profiler callback: the caller's logger (NULL or a valid
+        // C logger), NULL for the profiler.
+        rc(unsafe { f(logger, None) })?;
         Ok(ptr::null_mut())
     }
     fn properties(&self, dev: c_int) -> Call<Props> {

@@ -9,6 +9,7 @@ use crate::props::{read_props, ArgArray, Props};
 use crate::v8::missing_of;
 use crate::v9::sized;
 use crate::NetCtx;
+use nccl_net_abi::common::NcclDebugLogger;
 use nccl_net_abi::v10::NcclNetCommConfigV10;
 use nccl_net_abi::v11::{NcclNetAttrV11, NcclNetPropertiesV11, NcclNetV11};
 use nccl_net_abi::v8::NcclNetDeviceHandleV8;
@@ -43,13 +44,18 @@ impl Versioned for V11 {
             ("finalize", t.finalize.is_none()),
         ])
     }
-    fn init(&self, comm_id: u64, traffic_class: c_int) -> Call<*mut c_void> {
+    fn init(
+        &self,
+        comm_id: u64,
+        traffic_class: c_int,
+        logger: NcclDebugLogger,
+    ) -> Call<*mut c_void> {
         let f = entry(self.0.init, "init")?;
         let mut ctx: *mut c_void = ptr::null_mut();
         let mut config = NcclNetCommConfigV10 { traffic_class };
         // SAFETY: `ctx` and `config` are live locals for the call (plugins copy the config);
-        // logger and profiler callback are nullable and NULL.
-        rc(unsafe { f(&mut ctx, comm_id, &mut config, None, None) })?;
+        // logger and profiler callback are nullable: the caller's logger, NULL profiler.
+        rc(unsafe { f(&mut ctx, comm_id, &mut config, logger, None) })?;
         Ok(ctx)
     }
     fn finalize(&self, ctx: *mut c_void) -> Call<()> {

@@ -6,6 +6,7 @@ use crate::call::{entry, rc, Call};
 use crate::entries::{common_of, Common, RawTable, Size, Versioned};
 use crate::props::{c_string, read_props, ArgArray, Props};
 use crate::NetCtx;
+use nccl_net_abi::common::NcclDebugLogger;
 use nccl_net_abi::v8::{NcclNetDeviceHandleV8, NcclNetPropertiesV8, NcclNetV8};
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
@@ -36,10 +37,15 @@ impl Versioned for V8 {
             ("irecv", t.irecv.is_none()),
         ])
     }
-    fn init(&self, _comm_id: u64, _traffic_class: c_int) -> Call<*mut c_void> {
+    fn init(
+        &self,
+        _comm_id: u64,
+        _traffic_class: c_int,
+        logger: NcclDebugLogger,
+    ) -> Call<*mut c_void> {
         let f = entry(self.0.init, "init")?;
-        // SAFETY: `init` takes a nullable logger; NULL is passed.
-        rc(unsafe { f(None) })?;
+        // SAFETY: `init` takes a nullable logger; the caller's (NULL or a valid C logger).
+        rc(unsafe { f(logger) })?;
         Ok(ptr::null_mut())
     }
     fn properties(&self, dev: c_int) -> Call<Props> {
@@ -62,6 +68,8 @@ impl Versioned for V8 {
             max_p2p_bytes: 1 << 30,
             max_coll_bytes: 512 << 20,
             max_multi_request_size: 1,
+            rail_id: -1,
+            plane_id: -1,
         })
     }
     unsafe fn listen(

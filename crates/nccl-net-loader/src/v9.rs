@@ -7,6 +7,7 @@ use crate::entries::{common_of, Common, RawTable, Size, Versioned};
 use crate::props::{read_props, ArgArray, Props};
 use crate::v8::missing_of;
 use crate::NetCtx;
+use nccl_net_abi::common::NcclDebugLogger;
 use nccl_net_abi::v8::NcclNetDeviceHandleV8;
 use nccl_net_abi::v9::NcclNetV9;
 use std::os::raw::{c_char, c_int, c_void};
@@ -44,10 +45,15 @@ impl Versioned for V9 {
             ("irecv", t.irecv.is_none()),
         ])
     }
-    fn init(&self, _comm_id: u64, _traffic_class: c_int) -> Call<*mut c_void> {
+    fn init(
+        &self,
+        _comm_id: u64,
+        _traffic_class: c_int,
+        logger: NcclDebugLogger,
+    ) -> Call<*mut c_void> {
         let f = entry(self.0.init, "init")?;
-        // SAFETY: nullable logger; NULL is passed.
-        rc(unsafe { f(None) })?;
+        // SAFETY: nullable logger; the caller's (NULL or a valid C logger).
+        rc(unsafe { f(logger) })?;
         Ok(ptr::null_mut())
     }
     fn properties(&self, dev: c_int) -> Call<Props> {

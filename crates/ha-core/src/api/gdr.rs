@@ -167,7 +167,7 @@ mod tests {
             speed_mbps: 1,
             port: 1,
             link_layer: LinkLayer::InfiniBand,
-            max_comms: 1,
+            limits: Default::default(),
             ptr_support: support,
         }
     }

@@ -7,6 +7,7 @@ use super::handles::{kind_of, request_token, split_request, Kind};
 pub use super::mem::{dereg_mr, iflush, iflush_count, reg_mr, reg_mr_dmabuf, FlushBuf};
 use super::state::{self, NetAttr, NetContext, Plugin};
 use crate::fabric::DeviceInfo;
+use crate::transport::budget::Budget;
 use crate::transport::connect::PendingConnect;
 use crate::transport::ha::HaCfg;
 use crate::transport::listen::ListenComm;
@@ -200,6 +201,34 @@ pub fn properties(dev: i32) -> ApiResult<DeviceInfo> {
     }
     info.ptr_support = shown;
     Ok(info)
+}
+
+/// Devices whose budget was logged (one INFO line per device, at the first `getProperties`).
+static BUDGET_LOGGED: parking_lot::Mutex<Vec<bool>> = parking_lot::Mutex::new(Vec::new());
+
+/// Device `dev`'s connection budget (`maxComms`); logs it once per device.
+pub fn comm_budget(dev: i32) -> ApiResult<Budget> {
+    let info = properties(dev)?;
+    let budget = Budget::for_device(info.limits);
+    let d = dev as usize;
+    let mut logged = BUDGET_LOGGED.lock();
+    if logged.len() <= d {
+        logged.resize(d + 1, false);
+    }
+    if !std::mem::replace(&mut logged[d], true) {
+        tracing::info!(
+            init = true,
+            "NET/HA : device {dev} ({}): {}",
+            info.name,
+            budget.describe()
+        );
+    }
+    Ok(budget)
+}
+
+/// `maxComms` of device `dev` for NCCL's properties.
+pub fn max_comms(dev: i32) -> ApiResult<i32> {
+    Ok(i32::try_from(comm_budget(dev)?.max_comms).unwrap_or(i32::MAX))
 }
 
 pub fn listen(dev: i32, handle: &mut [u8; HANDLE_SIZE]) -> ApiResult<u64> {

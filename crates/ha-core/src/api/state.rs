@@ -127,6 +127,10 @@ fn build() -> ApiResult<Plugin> {
                     rails,
                     retry_timeout: cfg.sock_retry,
                     segment_bytes: cfg.sock_segment,
+                    limits: crate::fabric::DeviceLimits {
+                        max_qp: cfg.sock_max_qp,
+                        max_cqe: cfg.sock_max_cqe,
+                    },
                 })
                 .map_err(|e| ApiError::new(Code::SystemError, e.to_string()))?,
             )

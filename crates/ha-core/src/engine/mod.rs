@@ -19,6 +19,15 @@ use std::time::Duration;
 /// Completion-queue depth per device.
 const CQ_DEPTH: u32 = 4096;
 
+/// Entries of the completion queue the engine shares among all queue pairs of a device whose
+/// completion queues hold at most `max_cqe` (`None`: unbounded): today one queue of
+/// [`CQ_DEPTH`], which the fabric clamps to the device's limit. The connection budget
+/// (`transport::budget`) divides this by what one connection may put on it; a resizing
+/// engine returns what it can grow to (`max_cqe`).
+pub fn cq_capacity(max_cqe: Option<u32>) -> Option<u32> {
+    max_cqe.map(|m| CQ_DEPTH.clamp(1, m.max(1)))
+}
+
 /// Resources of one device shared by every connection on it.
 pub struct DeviceRes {
     pub dev: usize,

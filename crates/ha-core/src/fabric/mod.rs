@@ -82,10 +82,21 @@ pub struct DeviceInfo {
     pub speed_mbps: i32,
     pub port: i32,
     pub link_layer: LinkLayer,
-    /// Upper bound on concurrent connections this device can carry.
-    pub max_comms: i32,
+    /// What the device can hold: queue pairs and completion-queue entries (the transport's
+    /// connection budget is computed from them).
+    pub limits: DeviceLimits,
     /// `NCCL_PTR_*` bits the fabric can register.
     pub ptr_support: i32,
+}
+
+/// A device's resource limits (`ibv_query_device`); `None`: no limit (the `sock` fabric
+/// unless told to emulate one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Queue pairs the device holds at once (`max_qp`).
+    pub max_qp: Option<u32>,
+    /// Entries one completion queue holds at most (`max_cqe`).
+    pub max_cqe: Option<u32>,
 }
 
 /// Memory access rights of a registration.

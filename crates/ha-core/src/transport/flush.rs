@@ -27,8 +27,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Flushes one receive comm may have outstanding (NCCL has at most one per receive step).
-pub const MAX_FLUSHES: usize = 128;
+/// Flushes one receive comm may have outstanding: NCCL draws receive and flush requests of a
+/// comm from one pool of 32 (`NCCL_NET_MAX_REQUESTS`). It also bounds the READ completions a
+/// comm's loopback queue pair can put on the device's shared completion queue (see the
+/// budget test below).
+pub const MAX_FLUSHES: usize = 32;
 /// Posts of one flush before it fails.
 pub const MAX_ATTEMPTS: u32 = 3;
 
@@ -347,6 +350,34 @@ impl Flushes {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::budget::{cq_entries_per_path, CQ_ENTRIES_PER_COMM, QPS_PER_COMM};
+    use crate::transport::link::Role;
+
+    #[test]
+    fn a_flushing_receive_comm_stays_within_the_connection_budget() {
+        // maxComms prices every connection as a send comm; a receive comm's paths plus every
+        // flush it may have outstanding must fit in that price, or the shared completion
+        // queue could overrun when a port dies and everything posted completes at once.
+        let recv = QPS_PER_COMM * cq_entries_per_path(Role::Recv) + MAX_FLUSHES as u32;
+        assert!(
+            recv <= CQ_ENTRIES_PER_COMM,
+            "{recv} > {CQ_ENTRIES_PER_COMM}"
+        );
+    }
+
+    #[test]
+    fn unknown_ids_are_refused() {
+        let mut f = Flushes::new();
+        assert_eq!(f.outstanding(), 0);
+        for id in [ReqId { index: 0, gen: 1 }, ReqId { index: 999, gen: 1 }] {
+            assert!(matches!(f.take(id), Err(Error::Usage(_))), "{id:?}");
         }
     }
 }

@@ -99,7 +99,7 @@ mod tests {
             speed_mbps: 100_000,
             port: 1,
             link_layer: ll,
-            max_comms: 1,
+            limits: Default::default(),
             ptr_support: 1,
         }
     }

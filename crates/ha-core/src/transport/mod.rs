@@ -1,6 +1,7 @@
 //! Connection drivers: apply the sans-IO handshake and data machines to fabric queue pairs
 //! and OOB sockets. `listen` + `connect` build connections; `send` and `recv` carry data.
 
+pub mod budget;
 pub mod connect;
 pub mod error;
 pub mod flush;

@@ -37,7 +37,8 @@ fn discovery_lists_the_four_rxe_ports() {
         assert_eq!(d.port, 1);
         assert_eq!(d.link_layer, LinkLayer::Ethernet);
         assert!(d.speed_mbps > 0, "{d:?}");
-        assert!(d.max_comms > 0, "{d:?}");
+        assert!(d.limits.max_qp.is_some_and(|n| n > 0), "{d:?}");
+        assert!(d.limits.max_cqe.is_some_and(|n| n > 0), "{d:?}");
         assert_eq!(d.ptr_support, 1, "host memory only");
         assert_eq!(d.pci_path, None, "rxe is a virtual device");
         let p = f.port_info(i).unwrap();

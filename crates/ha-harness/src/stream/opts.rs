@@ -17,7 +17,7 @@ A request error ends the stream (the error is printed with its ncclResult name).
 
 options:
   --plugin PATH        ext-net library to load (required); its newest exported ABI is used
-  --abi VERSION        drive this ABI instead: v8, v9, v10 or v11
+  --abi VERSION        drive this ABI instead: v8 ... v12
   --dev N              device index, both sides (default 0)
   --mode MODE          threads (default): both sides in this process;
                        procs: side B runs in a child process

@@ -8,8 +8,8 @@
 //!   the wire instead of a device's loopback;
 //! * `HA_TEST_MAX_SIZE`: largest message the size sweeps send (bytes; default: no cap);
 //! * `HA_TEST_ABI`: the ext-net versions the per-version suites run (`v8`, `v9`, `v10`,
-//!   `v11`, comma-separated, or `all`; default all) and, when it names one version, the
-//!   version [`plugin`] drives (default: the newest, v11, as NCCL 2.28 picks).
+//!   `v11`, `v12`, comma-separated, or `all`; default all) and, when it names one version, the
+//!   version [`plugin`] drives (default: v11, as NCCL 2.28 picks).
 //!
 //! The same library is driven through each version's table ([`plugin_for`]); they share the
 //! plugin's state, as they would inside one process. [`per_abi!`] turns a test function taking
@@ -94,7 +94,8 @@ pub fn runs(abi: Abi) -> bool {
 /// The plugin driven through version `abi`'s table, initialised (`extra` environment is
 /// applied only if this is the binary's first plugin).
 pub fn plugin_for_with(abi: Abi, extra: &[(&str, &str)]) -> &'static PluginV8 {
-    static P: [OnceLock<PluginV8>; 4] = [
+    static P: [OnceLock<PluginV8>; 5] = [
+        OnceLock::new(),
         OnceLock::new(),
         OnceLock::new(),
         OnceLock::new(),
@@ -131,7 +132,7 @@ pub fn plugin() -> &'static PluginV8 {
 }
 
 /// `per_abi!(f, g, ...)`: for each test function `f(abi: Abi)`, a module `f` with one
-/// `#[test]` per version (`f::v8` ... `f::v11`), each skipped unless `HA_TEST_ABI` selects it.
+/// `#[test]` per version (`f::v8` ... `f::v12`), each skipped unless `HA_TEST_ABI` selects it.
 #[macro_export]
 macro_rules! per_abi {
     ($($f:ident),* $(,)?) => {$(
@@ -159,6 +160,12 @@ macro_rules! per_abi {
             fn v11() {
                 if runs(Abi::V11) {
                     super::$f(Abi::V11)
+                }
+            }
+            #[test]
+            fn v12() {
+                if runs(Abi::V12) {
+                    super::$f(Abi::V12)
                 }
             }
         }

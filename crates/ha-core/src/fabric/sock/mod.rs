@@ -34,6 +34,7 @@
 
 mod cq;
 mod domain;
+mod limits;
 mod listener;
 mod mr;
 mod net;
@@ -49,9 +50,12 @@ pub mod wire;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use cq::{pause_polling, reset_stats as reset_cq_stats, stats as cq_stats, CqStats};
+
 use crate::fabric::{
-    counters, DeviceInfo, Fabric, FabricError, LinkLayer, ProtectionDomain, Result,
+    counters, DeviceInfo, DeviceLimits, Fabric, FabricError, LinkLayer, ProtectionDomain, Result,
 };
+use limits::QpSlots;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -73,6 +77,8 @@ pub struct SockConfig {
     pub retry_timeout: Duration,
     /// Largest payload per frame (1 ..= [`wire::MAX_SEGMENT_BYTES`]).
     pub segment_bytes: usize,
+    /// Device limits to emulate on every rail (default: none).
+    pub limits: DeviceLimits,
 }
 
 /// Knobs shared by everything a fabric opens.
@@ -80,6 +86,8 @@ pub struct SockConfig {
 pub(crate) struct Tunables {
     pub retry_timeout: Duration,
     pub segment_bytes: usize,
+    /// Entries a completion queue holds at most (`None`: unbounded).
+    pub max_cqe: Option<u32>,
 }
 
 impl Tunables {
@@ -98,6 +106,8 @@ pub struct SockFabric {
     rails: Vec<SockRail>,
     devices: Vec<DeviceInfo>,
     tun: Tunables,
+    /// Queue-pair slots per rail (counted against `limits.max_qp`).
+    slots: Vec<Arc<QpSlots>>,
 }
 
 impl SockFabric {
@@ -121,7 +131,13 @@ impl SockFabric {
             .rails
             .iter()
             .enumerate()
-            .map(|(i, r)| device_info(i, r))
+            .map(|(i, r)| device_info(i, r, cfg.limits))
+            .collect();
+        let slots = cfg
+            .rails
+            .iter()
+            .enumerate()
+            .map(|(i, r)| QpSlots::new(format!("{} (device {i})", r.name), cfg.limits.max_qp))
             .collect();
         Ok(SockFabric {
             rails: cfg.rails,
@@ -129,12 +145,14 @@ impl SockFabric {
             tun: Tunables {
                 retry_timeout: cfg.retry_timeout,
                 segment_bytes: cfg.segment_bytes,
+                max_cqe: cfg.limits.max_cqe,
             },
+            slots,
         })
     }
 }
 
-fn device_info(index: usize, rail: &SockRail) -> DeviceInfo {
+fn device_info(index: usize, rail: &SockRail, limits: DeviceLimits) -> DeviceInfo {
     let sys = format!("/sys/class/net/{}", rail.name);
     let pci_path = std::fs::canonicalize(format!("{sys}/device"))
         .ok()
@@ -151,7 +169,7 @@ fn device_info(index: usize, rail: &SockRail) -> DeviceInfo {
         speed_mbps: speed,
         port: 1,
         link_layer: LinkLayer::Ethernet,
-        max_comms: 65536,
+        limits,
         ptr_support: crate::fabric::PTR_HOST,
     }
 }
@@ -172,7 +190,12 @@ impl Fabric for SockFabric {
             .rails
             .get(dev)
             .ok_or_else(|| FabricError::InvalidArgument(format!("sock: no device {dev}")))?;
-        Ok(Arc::new(pd::SockPd::open(dev, rail.ip, self.tun)?))
+        Ok(Arc::new(pd::SockPd::open(
+            dev,
+            rail.ip,
+            self.tun,
+            self.slots[dev].clone(),
+        )?))
     }
 }
 

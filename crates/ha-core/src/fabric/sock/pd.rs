@@ -3,6 +3,7 @@
 //! pairs; the listener ([`PdCore`]) lives as long as the handle or any of its queue pairs.
 
 use super::cq::SockCq;
+use super::limits::QpSlots;
 use super::listener::PdCore;
 use super::mr::SockMr;
 use super::qp::SockQp;
@@ -18,12 +19,18 @@ use std::sync::Arc;
 /// The handle `open_pd` returns.
 pub struct SockPd {
     core: Arc<PdCore>,
+    /// The rail's queue-pair slots.
+    slots: Arc<QpSlots>,
+    /// Entries a completion queue holds at most (`None`: unbounded).
+    max_cqe: Option<u32>,
 }
 
 impl SockPd {
-    pub fn open(dev: usize, ip: IpAddr, tun: Tunables) -> Result<SockPd> {
+    pub fn open(dev: usize, ip: IpAddr, tun: Tunables, slots: Arc<QpSlots>) -> Result<SockPd> {
         Ok(SockPd {
             core: Arc::new(PdCore::open(dev, ip, tun)?),
+            slots,
+            max_cqe: tun.max_cqe,
         })
     }
 }
@@ -53,8 +60,10 @@ impl ProtectionDomain for SockPd {
             _held: Held::new(Resource::Mr),
         }))
     }
-    fn create_cq(&self, _depth: u32, doorbell: Arc<Doorbell>) -> Result<Arc<dyn CompletionQueue>> {
-        Ok(SockCq::create(doorbell))
+    /// Unbounded unless a `max_cqe` is emulated; then `depth` clamped to it, as verbs does.
+    fn create_cq(&self, depth: u32, doorbell: Arc<Doorbell>) -> Result<Arc<dyn CompletionQueue>> {
+        let capacity = self.max_cqe.map(|m| depth.clamp(1, m) as usize);
+        Ok(SockCq::create(doorbell, capacity))
     }
     fn create_qp(&self, cq: &Arc<dyn CompletionQueue>, caps: QpCaps) -> Result<Box<dyn QueuePair>> {
         if caps.max_send_wr == 0 || caps.max_recv_wr == 0 {
@@ -63,6 +72,9 @@ impl ProtectionDomain for SockPd {
             ));
         }
         let cq = SockCq::resolve(cq)?;
-        Ok(Box::new(SockQp::new(self.core.clone(), cq, caps)))
+        let slot = self.slots.take()?;
+        let mut qp = SockQp::new(self.core.clone(), cq, caps);
+        qp.hold_slot(slot);
+        Ok(Box::new(qp))
     }
 }

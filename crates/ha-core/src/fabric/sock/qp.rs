@@ -5,6 +5,7 @@
 
 use super::cq::SockCq;
 use super::domain::InboundTarget;
+use super::limits::QpSlot;
 use super::listener::PdCore;
 use super::net;
 use super::qp_state::{state_to_u8, Control, QpShared, SendQueue, WrEntry};
@@ -77,6 +78,8 @@ impl InboundTarget for QpShared {
 pub struct SockQp {
     shared: Arc<QpShared>,
     _core: Arc<PdCore>,
+    /// The rail's queue-pair slot this queue pair uses (given back after it is destroyed).
+    _slot: Option<QpSlot>,
 }
 
 impl SockQp {
@@ -123,7 +126,13 @@ impl SockQp {
         SockQp {
             shared,
             _core: core,
+            _slot: None,
         }
+    }
+
+    /// Keep `slot` (of the rail's emulated `max_qp`) for this queue pair's life.
+    pub(super) fn hold_slot(&mut self, slot: QpSlot) {
+        self._slot = Some(slot);
     }
 
     fn bad_state(&self, op: &'static str) -> FabricError {

@@ -2,7 +2,7 @@
 //! GUID and PCI path; which of them the fabric offers (active, IB or Ethernet, passing
 //! `NCCL_IB_HCA`) and the `DeviceInfo` NCCL sees for each.
 
-use super::super::{DeviceInfo, LinkLayer, Result};
+use super::super::{DeviceInfo, DeviceLimits, LinkLayer, Result};
 use super::context::{Context, DevAttr, DeviceList};
 use super::ffi;
 use super::hca_filter::HcaFilter;
@@ -45,8 +45,10 @@ impl PortInfo {
             speed_mbps: self.speed_mbps,
             port: i32::from(self.port),
             link_layer: self.link_layer.unwrap_or(LinkLayer::InfiniBand),
-            // Two queue pairs (primary and standby) per connection.
-            max_comms: (self.attr.max_qp / 2).max(1),
+            limits: DeviceLimits {
+                max_qp: u32::try_from(self.attr.max_qp).ok(),
+                max_cqe: u32::try_from(self.attr.max_cqe).ok(),
+            },
             // Host memory; the fabric adds the GPU bits GPUDirect detection finds (`gdr`).
             ptr_support: PTR_HOST,
         }
@@ -221,6 +223,7 @@ mod tests {
             pci_path: Some("/sys/devices/pci0000:00/0000:00:02.0".into()),
             attr: DevAttr {
                 max_qp: 131072,
+                max_cqe: 4194303,
                 ..Default::default()
             },
             excluded: None,
@@ -228,7 +231,13 @@ mod tests {
         let d = p.device_info();
         assert_eq!(d.name, "mlx5_0:2");
         assert_eq!(d.port, 2);
-        assert_eq!(d.max_comms, 65536);
+        assert_eq!(
+            d.limits,
+            DeviceLimits {
+                max_qp: Some(131072),
+                max_cqe: Some(4194303)
+            }
+        );
         assert_eq!(d.ptr_support, PTR_HOST);
         assert_eq!(d.link_layer, LinkLayer::Ethernet);
         assert!(describe(&p).contains("ACTIVE"));

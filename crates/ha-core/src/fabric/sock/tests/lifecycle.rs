@@ -11,7 +11,11 @@ fn devices_config_and_endpoint() {
     assert_eq!(d.guid, 1);
     assert_eq!(d.port, 1);
     assert_eq!(d.link_layer, LinkLayer::Ethernet);
-    assert_eq!(d.max_comms, 65536);
+    assert_eq!(
+        d.limits,
+        DeviceLimits::default(),
+        "no limits unless emulated"
+    );
     assert_eq!(d.ptr_support, 1);
     assert!(d.speed_mbps > 0);
     assert_eq!(d.pci_path, None); // lo has no device node
@@ -21,6 +25,7 @@ fn devices_config_and_endpoint() {
             rails,
             retry_timeout: Duration::from_secs(1),
             segment_bytes: seg,
+            limits: Default::default(),
         })
     };
     assert!(matches!(

@@ -42,6 +42,7 @@ pub(super) fn fabric(retry: Duration, seg: usize) -> SockFabric {
         rails: vec![lo()],
         retry_timeout: retry,
         segment_bytes: seg,
+        limits: Default::default(),
     })
     .unwrap()
 }
