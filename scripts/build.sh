@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the release plugin as dist/libnccl-net-ha.so (plus the ha-harness tool).
+# Build the release plugin as dist/libnccl-net-ha.so (plus the ha-harness tool and the
+# GPUDirect self-test ha-gdr-probe, see scripts/nccl/gdr-check.sh).
 # Use it with: LD_LIBRARY_PATH=$PWD/dist NCCL_NET_PLUGIN=ha NCCL_NET=HA ...
 #
 # The installed library is stripped; its debug information (line tables, for backtraces and
@@ -27,7 +28,7 @@ for a in "$@"; do
 done
 mkdir -p dist
 build() { # $1 = max ABI; output: target/release/libnccl_net_ha.so
-  HA_ABI_MAX="$1" cargo build --release --locked -p nccl-net-ha -p ha-harness
+  HA_ABI_MAX="$1" cargo build --release --locked -p nccl-net-ha -p ha-harness -p ha-gdr-probe
 }
 # install_so SRC DST: DST stripped, DST.debug holding the debug info, linked by debuglink.
 install_so() {
@@ -51,6 +52,7 @@ max=${HA_ABI_MAX:-12}
 build "$max"
 install_so target/release/libnccl_net_ha.so dist/libnccl-net-ha.so
 cp -f target/release/ha-harness dist/ha-harness
+cp -f target/release/ha-gdr-probe dist/ha-gdr-probe
 echo "built $(pwd)/dist/libnccl-net-ha.so ($(stat -c %s dist/libnccl-net-ha.so) bytes; debug info in" \
   "libnccl-net-ha.so.debug): $(exports dist/libnccl-net-ha.so)"
 # The library exports the plugin tables and nothing else (what NCCL dlsyms).

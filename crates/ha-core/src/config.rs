@@ -205,7 +205,7 @@ pub const MR_POLICY: Param = Param {
     name: "HA_NCCL_MR_POLICY",
     kind: Kind::Enum(&["lazy", "eager"]),
     default: "lazy",
-    doc: "When buffers are registered on the standby device: `lazy` = at the first failover that needs them, `eager` = at `regMr`.",
+    doc: "When buffers are registered on the standby device: `lazy` = at the first failover that needs them, `eager` = at `regMr`. dma-buf registrations (`regMrDmaBuf`) are made on every device at once either way: NCCL closes the fd when the call returns.",
     range: None,
 };
 
@@ -233,6 +233,14 @@ pub const QP_RETRY_CNT: Param = Param {
     range: Some((0, 7)),
 };
 
+pub const GDR: Param = Param {
+    name: "HA_NCCL_GDR",
+    kind: Kind::Enum(crate::fabric::verbs::gdr::GdrMode::NAMES),
+    default: "auto",
+    doc: "`verbs`: GPUDirect RDMA. `auto` = offer GPU memory (nvidia-peermem, dma-buf) on each device where detection finds it; `0` = host memory only (the CUDA driver is not loaded); `1` = required: init fails, naming each device and why, unless every device has it (with `sock` too, which has none).",
+    range: None,
+};
+
 /// Every knob, in documentation order.
 pub const PARAMS: &[Param] = &[
     FABRIC,
@@ -255,6 +263,7 @@ pub const PARAMS: &[Param] = &[
     STATS_FILE,
     QP_TIMEOUT,
     QP_RETRY_CNT,
+    GDR,
 ];
 
 /// Every knob's typed value.
@@ -300,6 +309,8 @@ pub struct Config {
     pub qp_timeout: u8,
     /// `HA_NCCL_QP_RETRY_CNT`.
     pub qp_retry_cnt: u8,
+    /// `HA_NCCL_GDR`.
+    pub gdr: crate::fabric::verbs::gdr::GdrMode,
 }
 
 /// A knob whose value cannot be used. Each message names the variable, the offending value
@@ -389,6 +400,7 @@ impl Config {
             stats_file: text(&STATS_FILE).trim().to_string(),
             qp_timeout: parse_number(&QP_TIMEOUT, &text(&QP_TIMEOUT))? as u8,
             qp_retry_cnt: parse_number(&QP_RETRY_CNT, &text(&QP_RETRY_CNT))? as u8,
+            gdr: crate::fabric::verbs::gdr::GdrMode::ALL[parse_enum(&GDR, &text(&GDR))?],
         })
     }
 }
@@ -892,6 +904,7 @@ mod tests {
             ("HA_NCCL_QP_RETRY_CNT", "3"),
             ("HA_NCCL_SOCK_MAX_QP", "29"),
             ("HA_NCCL_SOCK_MAX_CQE", "31"),
+            ("HA_NCCL_GDR", "1"),
         ])
         .unwrap();
         let Config {
@@ -915,6 +928,7 @@ mod tests {
             stats_file,
             qp_timeout,
             qp_retry_cnt,
+            gdr,
         } = c;
         assert_eq!(fabric, FabricKind::Sock);
         assert_eq!(sock_rails, vec!["lo"]);
@@ -932,7 +946,8 @@ mod tests {
         assert_eq!(stats_file, "/tmp/s.json");
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
         assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
-        assert_eq!(PARAMS.len(), 20, "one PARAMS row per Config field");
+        assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
+        assert_eq!(PARAMS.len(), 21, "one PARAMS row per Config field");
     }
 
     #[test]

@@ -46,15 +46,16 @@ pub(super) unsafe extern "C" fn reg_mr_dma_buf(
     data: *mut c_void,
     size: usize,
     ptr_type: c_int,
-    _offset: u64,
-    _fd: c_int,
+    offset: u64,
+    fd: c_int,
     mhandle: *mut *mut c_void,
 ) -> NcclResult {
     code(guard("regMrDmaBuf", || {
         non_null(mhandle, "mhandle")?;
-        // The memory type decides: host memory needs no dma-buf; others are refused by
-        // the device's ptrSupport check.
-        let t = ops::reg_mr(token(comm), data as usize, size, ptr_type)?;
+        // Host memory ignores the fd; GPU memory with an fd is registered through the
+        // dma-buf on every device of the connection before returning (NCCL closes the fd
+        // right after); fd -1 means by address, as regMr.
+        let t = ops::reg_mr_dmabuf(token(comm), data as usize, size, ptr_type, offset, fd)?;
         put(mhandle, as_ptr(t), "mhandle")
     }))
 }
@@ -68,14 +69,27 @@ pub(super) unsafe extern "C" fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void
 pub(super) unsafe extern "C" fn iflush(
     recv_comm: *mut c_void,
     n: c_int,
-    _data: *mut *mut c_void,
-    _sizes: *mut c_int,
-    _mhandles: *mut *mut c_void,
+    data: *mut *mut c_void,
+    sizes: *mut c_int,
+    mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> NcclResult {
     code(guard("iflush", || {
         non_null(request, "request")?;
-        let t = ops::iflush(token(recv_comm), n)?;
+        // Count and comm are checked before the arrays are read.
+        let k = ops::iflush_count(token(recv_comm), n)?;
+        let data = array(data, k, "data")?;
+        let sizes = array(sizes, k, "sizes")?;
+        let mhandles = array(mhandles, k, "mhandles")?;
+        let bufs: Vec<ops::FlushBuf> = (0..k)
+            .map(|i| ops::FlushBuf {
+                addr: data[i] as usize,
+                size: sizes[i],
+                mr: token(mhandles[i]),
+            })
+            .collect();
+        // NULL: nothing to flush (NCCL treats it as done).
+        let t = ops::iflush(token(recv_comm), n, &bufs)?.unwrap_or(0);
         put(request, as_ptr(t), "request")
     }))
 }

@@ -53,8 +53,7 @@ pub(super) fn properties(dev: c_int) -> ApiResult<NcclNetPropertiesV9> {
         guid: d.guid,
         ptr_support: d.ptr_support,
         reg_is_global: 0,
-        // Host memory only: receives need no flush.
-        force_flush: 0,
+        force_flush: ops::FORCE_FLUSH,
         speed: d.speed_mbps,
         port: d.port,
         latency: 0.0,

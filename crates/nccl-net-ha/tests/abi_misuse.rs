@@ -719,6 +719,53 @@ static CASES: &[Case] = &[
         },
     },
     Case {
+        entry: "regMrDmaBuf",
+        misuse: "`NCCL_PTR_CUDA` with a dma-buf fd on a device without GPU Direct RDMA",
+        code: INVAL,
+        log: "memory type 2 is not supported by this device (ptrSupport 1): a dma-buf registration (fd 0) needs NCCL_PTR_DMABUF",
+        run: |p| {
+            with_pair(p, |pair| {
+                let mut mh = null_mut();
+                // SAFETY: live comm and buffer; fd 0 (stdin) is never used: the device
+                // cannot register dma-bufs.
+                unsafe {
+                    t(p).reg_mr_dma_buf.unwrap()(
+                        pair.s(),
+                        pair.sb.ptr().cast(),
+                        8,
+                        NCCL_PTR_CUDA,
+                        0,
+                        0,
+                        &mut mh,
+                    )
+                }
+            })
+        },
+    },
+    Case {
+        entry: "regMrDmaBuf",
+        misuse: "`NCCL_PTR_CUDA`, fd -1, without nvidia-peermem",
+        code: INVAL,
+        log: "GPU memory without a dma-buf fd needs NCCL_PTR_CUDA",
+        run: |p| {
+            with_pair(p, |pair| {
+                let mut mh = null_mut();
+                // SAFETY: live comm and buffer; unsupported type on purpose.
+                unsafe {
+                    t(p).reg_mr_dma_buf.unwrap()(
+                        pair.s(),
+                        pair.sb.ptr().cast(),
+                        8,
+                        NCCL_PTR_CUDA,
+                        0,
+                        -1,
+                        &mut mh,
+                    )
+                }
+            })
+        },
+    },
+    Case {
         entry: "deregMr",
         misuse: "NULL `comm`",
         code: INVAL,
@@ -1096,6 +1143,55 @@ static CASES: &[Case] = &[
                 // SAFETY: live comm; bad count on purpose.
                 unsafe {
                     t(p).iflush.unwrap()(pair.r(), 9, null_mut(), null_mut(), null_mut(), &mut req)
+                }
+            })
+        },
+    },
+    Case {
+        entry: "iflush",
+        misuse: "n = 1, NULL `data`",
+        code: INVAL,
+        log: "NET/HA iflush: data is NULL",
+        run: |p| {
+            with_pair(p, |pair| {
+                let mut req = null_mut();
+                let mut sizes = [8 as c_int];
+                let mut mh = [pair.rb.mr().as_ptr()];
+                // SAFETY: live comm; NULL data array on purpose, the others live.
+                unsafe {
+                    t(p).iflush.unwrap()(
+                        pair.r(),
+                        1,
+                        null_mut(),
+                        sizes.as_mut_ptr(),
+                        mh.as_mut_ptr(),
+                        &mut req,
+                    )
+                }
+            })
+        },
+    },
+    Case {
+        entry: "iflush",
+        misuse: "forged `mhandle`",
+        code: INVAL,
+        log: "NET/HA iflush: mhandle 0x1234 is not a handle of this plugin",
+        run: |p| {
+            with_pair(p, |pair| {
+                let mut req = null_mut();
+                let mut data = [pair.rb.ptr().cast::<c_void>()];
+                let mut sizes = [8 as c_int];
+                let mut mh = [FORGED];
+                // SAFETY: live comm and arrays; forged handle on purpose (never dereferenced).
+                unsafe {
+                    t(p).iflush.unwrap()(
+                        pair.r(),
+                        1,
+                        data.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        mh.as_mut_ptr(),
+                        &mut req,
+                    )
                 }
             })
         },

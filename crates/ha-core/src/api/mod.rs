@@ -2,8 +2,10 @@
 //! the `abi` adapters convert C pointers into the plain values these functions take.
 
 pub mod error;
+pub mod gdr;
 pub mod handles;
 pub mod log;
+mod mem;
 pub mod ops;
 pub mod state;
 

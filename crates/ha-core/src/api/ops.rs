@@ -2,17 +2,17 @@
 //! plain values (addresses as `usize`, handles as `u64` tokens); every one is validated here.
 
 use super::error::{ApiError, ApiResult, Code};
+use super::gdr;
 use super::handles::{kind_of, request_token, split_request, Kind};
-use super::state::{self, MrEntry, NetAttr, NetContext, Plugin};
+pub use super::mem::{dereg_mr, iflush, iflush_count, reg_mr, reg_mr_dmabuf, FlushBuf};
+use super::state::{self, NetAttr, NetContext, Plugin};
 use crate::fabric::DeviceInfo;
 use crate::transport::budget::Budget;
 use crate::transport::connect::PendingConnect;
 use crate::transport::ha::HaCfg;
 use crate::transport::listen::ListenComm;
-use crate::transport::mr::MrHandle;
 use crate::transport::recv::RecvArg;
 use ha_proto::data::layout::MAX_RECVS;
-use ha_proto::data::ReqId;
 use ha_proto::handle::{self, ConnectHandle, HANDLE_SIZE};
 
 /// `ncclNetProperties` fields beyond the device's own.
@@ -31,6 +31,13 @@ pub const MAX_P2P_BYTES: usize = 1 << 30;
 /// `maxCollBytes` advertised from v9 on: NCCL's `MAX_COLLNET_SIZE` (512 MiB), what its IB and
 /// socket transports report. The plugin has no collective offload; NCCL ignores it for p2p.
 pub const MAX_COLL_BYTES: usize = 512 << 20;
+
+/// `forceFlush` advertised from v9 on: 0. NCCL then flushes GPU receives where the platform
+/// needs it (GPUs before Hopper, C2C systems; `NCCL_NET_FORCE_FLUSH=1` forces it) and calls
+/// `iflush`, which this plugin serves with a loopback RDMA READ. NCCL's IB transport sets it
+/// only for mlx5 Data Direct devices, whose DMA comes from a separate PCIe function; this
+/// plugin does not use Data Direct, so no device needs it.
+pub const FORCE_FLUSH: i32 = 0;
 
 /// Where a listen or connect belongs: the ext-net v11 context that owns it (0: none, v8–v10)
 /// and the traffic class asked for its queue pairs (`None`: the fabric's default).
@@ -177,9 +184,23 @@ fn device(dev: i32) -> ApiResult<usize> {
     Ok(dev as usize)
 }
 
+/// Device `dev` as NCCL sees it. GPU memory types are advertised only where the standby a
+/// connection on `dev` gets can register them too (`gdr::advertised`).
 pub fn properties(dev: i32) -> ApiResult<DeviceInfo> {
     let d = device(dev)?;
-    Ok(state::get()?.engine.fabric().devices()[d].clone())
+    let p = state::get()?;
+    let devs = p.engine.fabric().devices();
+    let mut info = devs[d].clone();
+    let shown = gdr::advertised(devs, d, &p.ha);
+    if shown != info.ptr_support {
+        tracing::debug!(
+            "NET/HA : {}: ptrSupport {} advertised as {shown}: its standby cannot register the other GPU memory types",
+            info.name,
+            info.ptr_support
+        );
+    }
+    info.ptr_support = shown;
+    Ok(info)
 }
 
 /// Devices whose budget was logged (one INFO line per device, at the first `getProperties`).
@@ -287,60 +308,6 @@ pub fn accept(listen: u64) -> ApiResult<u64> {
     }
 }
 
-/// The devices of a comm's paths, the active one first.
-fn devices_of(comm: u64) -> ApiResult<Vec<std::sync::Arc<crate::engine::DeviceRes>>> {
-    let p = state::get()?;
-    match kind_of(comm) {
-        Some(Kind::Send) => Ok(p.sends.get(comm, "comm")?.lock().devices()),
-        Some(Kind::Recv) => Ok(p.recvs.get(comm, "comm")?.lock().devices()),
-        _ if comm == 0 => Err(ApiError::arg("comm is NULL")),
-        _ => Err(ApiError::arg(format!(
-            "comm {comm:#x} is not a send or receive comm of this plugin"
-        ))),
-    }
-}
-
-pub fn reg_mr(comm: u64, addr: usize, size: usize, ptr_type: i32) -> ApiResult<u64> {
-    let devs = devices_of(comm)?;
-    let dev = devs[0].clone();
-    let support = state::get()?.engine.fabric().devices()[dev.dev].ptr_support;
-    if ptr_type <= 0 || ptr_type & !support != 0 {
-        return Err(ApiError::arg(format!(
-            "memory type {ptr_type} is not supported by this device (ptrSupport {support})"
-        )));
-    }
-    if size == 0 {
-        return Err(ApiError::arg("regMr of 0 bytes"));
-    }
-    if addr == 0 || addr.checked_add(size).is_none() {
-        return Err(ApiError::arg(format!(
-            "regMr of bad range {addr:#x}+{size}"
-        )));
-    }
-    let handle = MrHandle::register(&dev, addr, size)?;
-    if state::get()?.cfg.mr_eager {
-        // HA_NCCL_MR_POLICY=eager: on the standby device too, now.
-        for d in &devs[1..] {
-            handle.keys_for(d)?;
-        }
-    }
-    state::get()?.mrs.insert(MrEntry {
-        handle: std::sync::Arc::new(handle),
-    })
-}
-
-pub fn dereg_mr(comm: u64, mr: u64) -> ApiResult<()> {
-    if comm == 0 {
-        return Err(ApiError::arg("comm is NULL"));
-    }
-    if !matches!(kind_of(comm), Some(Kind::Send | Kind::Recv)) {
-        return Err(ApiError::arg(format!(
-            "comm {comm:#x} is not a send or receive comm of this plugin"
-        )));
-    }
-    state::get()?.mrs.remove(mr, "mhandle").map(drop)
-}
-
 fn check_size(size: i64, what: &str) -> ApiResult<usize> {
     usize::try_from(size).map_err(|_| ApiError::arg(format!("{what} size {size} is negative")))
 }
@@ -429,20 +396,6 @@ pub fn irecv_hinted(comm: u64, bufs: &[RecvBuf], optional_completion: bool) -> A
     Ok(got.map_or(0, |id| request_token(Kind::RecvReq, comm, id)))
 }
 
-/// Host memory needs no flush: the request is complete at once.
-pub fn iflush(comm: u64, n: i32) -> ApiResult<u64> {
-    if n < 0 || n as usize > MAX_RECVS {
-        return Err(ApiError::arg(format!("iflush of {n} buffers")));
-    }
-    let p = state::get()?;
-    p.recvs.get(comm, "recvComm")?;
-    Ok(request_token(
-        Kind::FlushReq,
-        comm,
-        ReqId { index: 0, gen: 0 },
-    ))
-}
-
 /// `Ok(Some(sizes))` when done (one size per buffer), `Ok(None)` while pending.
 pub fn test(req: u64) -> ApiResult<Option<Vec<u64>>> {
     let (kind, index, gen, id) = split_request(req)?;
@@ -457,6 +410,12 @@ pub fn test(req: u64) -> ApiResult<Option<Vec<u64>>> {
             let c = p.recvs.get_for_request(index, gen)?;
             let r = c.lock().test(id)?;
             Ok(r)
+        }
+        Kind::FlushReq if id.gen == 0 => Ok(Some(Vec::new())),
+        Kind::FlushReq => {
+            let c = p.recvs.get_for_request(index, gen)?;
+            let done = c.lock().test_flush(id)?;
+            Ok(done.then(Vec::new))
         }
         _ => Ok(Some(Vec::new())),
     }

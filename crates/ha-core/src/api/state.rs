@@ -6,6 +6,7 @@ use super::handles::{Kind, Registry};
 use crate::config::{Config, FabricKind};
 use crate::engine::Engine;
 use crate::fabric::sock::{SockConfig, SockFabric, SockRail};
+use crate::fabric::verbs::gdr::GdrMode;
 use crate::fabric::{netif, Fabric};
 use crate::transport::connect::PendingConnect;
 use crate::transport::ha::{parse_standby_map, HaCfg};
@@ -98,6 +99,16 @@ fn build() -> ApiResult<Plugin> {
             ),
         )
     })?;
+    if cfg.gdr == GdrMode::Required && cfg.fabric != FabricKind::Verbs {
+        return Err(ApiError::new(
+            Code::SystemError,
+            format!(
+                "HA_NCCL_GDR=1 requires GPU Direct RDMA, which HA_NCCL_FABRIC={} cannot do \
+                 (it moves host memory only): use HA_NCCL_FABRIC=verbs or HA_NCCL_GDR=auto",
+                cfg.fabric
+            ),
+        ));
+    }
     let fabric: Arc<dyn Fabric> = match cfg.fabric {
         FabricKind::Sock => {
             let specs = if cfg.sock_rails.is_empty() {
@@ -127,12 +138,18 @@ fn build() -> ApiResult<Plugin> {
         FabricKind::Verbs => crate::fabric::verbs::open(&crate::fabric::verbs::VerbsConfig {
             qp_timeout: cfg.qp_timeout,
             qp_retry_cnt: cfg.qp_retry_cnt,
+            gdr: cfg.gdr,
             ..Default::default()
         })
         .map_err(|e| {
+            let hint = if matches!(e, crate::fabric::FabricError::NoDevice(_)) {
+                ". On hosts without RDMA set HA_NCCL_FABRIC=sock"
+            } else {
+                ""
+            };
             ApiError::new(
                 Code::SystemError,
-                format!("HA_NCCL_FABRIC=verbs: {e}. On hosts without RDMA set HA_NCCL_FABRIC=sock"),
+                format!("HA_NCCL_FABRIC=verbs: {e}{hint}"),
             )
         })?,
     };

@@ -1,6 +1,10 @@
 //! Per-PD memory-registration cache: refcounted ranges, so NCCL registering the same buffer
 //! (or a sub-range of one already registered) from several connections costs one fabric
-//! registration. Ranges are widened to `align` (the page size on verbs, 1 on `sock`).
+//! registration. Ranges are widened to `align` (the page size on verbs, 1 on `sock`), except
+//! dma-buf registrations, which cover exactly the range NCCL names (widening could reach past
+//! the end of the dma-buf). A request is served by any live registration covering its range,
+//! whatever kind made it: with unified addressing one range is one piece of memory, as in
+//! NCCL's per-device cache.
 
 use crate::fabric::{Access, MemoryRegion, MrKeys, ProtectionDomain, Result};
 use parking_lot::Mutex;
@@ -53,6 +57,42 @@ impl MrCache {
             });
         }
         let mr = self.pd.reg_mr(start, end - start, Access::ALL)?;
+        let keys = mr.keys();
+        entries.push(Entry {
+            start,
+            end,
+            refs: 1,
+            mr,
+        });
+        Ok(MrRef { keys, start, end })
+    }
+
+    /// A registration covering `[addr, addr+len)` of the dma-buf `fd` (`addr` sits `offset`
+    /// bytes into it), reusing a cached one when it covers the range. `fd` is only used during
+    /// the call.
+    pub fn acquire_dmabuf(
+        &self,
+        addr: usize,
+        len: usize,
+        offset: u64,
+        fd: std::os::fd::RawFd,
+    ) -> Result<MrRef> {
+        let (start, end) = (addr, addr + len.max(1));
+        let mut entries = self.entries.lock();
+        if let Some(e) = entries
+            .iter_mut()
+            .find(|e| e.start <= start && end <= e.end)
+        {
+            e.refs += 1;
+            return Ok(MrRef {
+                keys: e.mr.keys(),
+                start: e.start,
+                end: e.end,
+            });
+        }
+        let mr = self
+            .pd
+            .reg_dmabuf_mr(start, end - start, offset, fd, Access::ALL)?;
         let keys = mr.keys();
         entries.push(Entry {
             start,

@@ -193,6 +193,24 @@ pub trait ProtectionDomain: Send + Sync {
     /// Register `[addr, addr+len)`. The caller promises the memory stays valid until the
     /// returned region is dropped.
     fn reg_mr(&self, addr: usize, len: usize, access: Access) -> Result<Box<dyn MemoryRegion>>;
+    /// Register `len` bytes of the dma-buf `fd`, starting `offset` bytes into it, addressed
+    /// as `[iova, iova+len)` (the buffer's virtual address, so remote addresses and keys work
+    /// as for [`reg_mr`](Self::reg_mr)). `fd` need only be open during the call: the
+    /// registration holds its own reference on the dma-buf. Fabrics without dma-buf support
+    /// refuse (the default).
+    fn reg_dmabuf_mr(
+        &self,
+        iova: usize,
+        len: usize,
+        offset: u64,
+        fd: std::os::fd::RawFd,
+        access: Access,
+    ) -> Result<Box<dyn MemoryRegion>> {
+        let _ = (iova, len, offset, fd, access);
+        Err(FabricError::InvalidArgument(
+            "this fabric cannot register dma-buf memory".into(),
+        ))
+    }
     /// A completion queue whose consumer is woken through `doorbell`.
     fn create_cq(&self, depth: u32, doorbell: Arc<Doorbell>) -> Result<Arc<dyn CompletionQueue>>;
     /// A new RC queue pair in RESET whose completions (both directions) go to `cq`.

@@ -4,6 +4,7 @@
 pub mod budget;
 pub mod connect;
 pub mod error;
+pub mod flush;
 pub mod ha;
 pub mod link;
 pub mod listen;

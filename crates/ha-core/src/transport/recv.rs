@@ -4,6 +4,7 @@
 //! keys, and tells the sender `Switch{delivered, posted}`.
 
 use super::error::{Error, Result};
+use super::flush::Flushes;
 use super::link::{Event, Link, Phase};
 use super::mr::MrHandle;
 use crate::fabric::{SendOp, SendWr, Sge, WcStatus};
@@ -27,6 +28,8 @@ pub struct RecvComm {
     pub(crate) machine: RecvSide,
     /// Registrations of each FIFO slot's buffers (re-keyed on a failover).
     slot_mrs: Vec<Vec<Arc<MrHandle>>>,
+    /// GPU flushes (`iflush`) and their loopback queue pairs.
+    pub(crate) flushes: Flushes,
 }
 
 impl RecvComm {
@@ -35,7 +38,37 @@ impl RecvComm {
             link,
             machine: RecvSide::new(),
             slot_mrs: vec![Vec::new(); FIFO_DEPTH],
+            flushes: Flushes::new(),
         }
+    }
+
+    /// Flush received GPU memory: a 1-byte READ of `addr` (in `mr`) on the active path's
+    /// device (see `flush.rs`). Complete it with [`test_flush`](Self::test_flush).
+    pub fn iflush(&mut self, addr: usize, mr: &Arc<MrHandle>) -> Result<ReqId> {
+        self.pump();
+        if let Some(e) = self.machine.failure() {
+            return Err(e.clone().into());
+        }
+        let id = self.flushes.add(addr, mr)?;
+        self.drive_flushes();
+        Ok(id)
+    }
+
+    /// `Ok(true)` once flush `id` completed.
+    pub fn test_flush(&mut self, id: ReqId) -> Result<bool> {
+        self.pump();
+        self.drive_flushes();
+        self.flushes.take(id)
+    }
+
+    /// The flushes and their loopback queue pairs (stats and tests).
+    pub fn flushes(&self) -> &Flushes {
+        &self.flushes
+    }
+
+    fn drive_flushes(&mut self) {
+        let dead = self.machine.failure().map(|e| e.to_string());
+        self.flushes.drive(&self.link, dead);
     }
 
     /// Post a receive of 1..=8 buffers; `Ok(None)` when 32 are already outstanding or a
@@ -195,13 +228,9 @@ impl RecvComm {
         self.link.path(self.link.active).device()
     }
 
+    /// Every device of the connection, the active path's first (see `Link::devices`).
     pub fn devices(&self) -> Vec<Arc<crate::engine::DeviceRes>> {
-        self.link
-            .paths
-            .iter()
-            .flatten()
-            .map(|p| p.device().clone())
-            .collect()
+        self.link.devices()
     }
 
     /// Completions dropped as duplicates.

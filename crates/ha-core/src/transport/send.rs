@@ -235,14 +235,9 @@ impl SendComm {
         self.link.path(self.link.active).device()
     }
 
-    /// Devices of the standby (for eager registration).
+    /// Every device of the connection, the active path's first (see `Link::devices`).
     pub fn devices(&self) -> Vec<Arc<crate::engine::DeviceRes>> {
-        self.link
-            .paths
-            .iter()
-            .flatten()
-            .map(|p| p.device().clone())
-            .collect()
+        self.link.devices()
     }
 
     pub fn stats(&self) -> &super::stats::Stats {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 #[macro_use]
 mod rig;
+mod gdr;
 mod link_failures;
 use rig::*;
 

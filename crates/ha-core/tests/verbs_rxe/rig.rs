@@ -122,6 +122,7 @@ pub fn cfg(timeout: u8, retry: u8) -> VerbsConfig {
         gid_index: Some(-1),
         traffic_class: Some(-1),
         service_level: Some(-1),
+        gdr: verbs::gdr::GdrMode::Auto,
     }
 }
 

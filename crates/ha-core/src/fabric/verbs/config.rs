@@ -1,8 +1,9 @@
-//! Knobs of the verbs fabric: the plugin's own QP timeout / retry count (from `HA_NCCL_*`
-//! through `crate::config`), and NCCL's `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_TC`,
+//! Knobs of the verbs fabric: the plugin's own QP timeout / retry count and GPUDirect mode
+//! (from `HA_NCCL_*` through `crate::config`), and NCCL's `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_TC`,
 //! `NCCL_IB_SL`, which the fabric reads itself so NCCL users' settings keep working.
 
 use super::super::{FabricError, Result};
+use super::gdr::GdrMode;
 use super::hca_filter::HcaFilter;
 
 /// Configuration of [`super::open`]. The `Option` fields left `None` are read from NCCL's
@@ -21,6 +22,8 @@ pub struct VerbsConfig {
     pub traffic_class: Option<i32>,
     /// `NCCL_IB_SL` (service level, 0..=15; -1 = 0).
     pub service_level: Option<i32>,
+    /// `HA_NCCL_GDR`: GPUDirect RDMA detection (`auto`), off, or required.
+    pub gdr: GdrMode,
 }
 
 impl Default for VerbsConfig {
@@ -32,6 +35,7 @@ impl Default for VerbsConfig {
             gid_index: None,
             traffic_class: None,
             service_level: None,
+            gdr: GdrMode::Auto,
         }
     }
 }
@@ -45,6 +49,7 @@ pub struct Resolved {
     pub gid_index: Option<u32>,
     pub traffic_class: u8,
     pub service_level: u8,
+    pub gdr: GdrMode,
 }
 
 fn int_var(name: &str, cfg: Option<i32>, env: &dyn Fn(&str) -> Option<String>) -> Result<i32> {
@@ -100,6 +105,7 @@ impl VerbsConfig {
             gid_index: ranged("NCCL_IB_GID_INDEX", gid, 255)?,
             traffic_class: ranged("NCCL_IB_TC", tc, 255)?.unwrap_or(0) as u8,
             service_level: ranged("NCCL_IB_SL", sl, 15)?.unwrap_or(0) as u8,
+            gdr: self.gdr,
         })
     }
 }

@@ -49,7 +49,7 @@ impl PortInfo {
                 max_qp: u32::try_from(self.attr.max_qp).ok(),
                 max_cqe: u32::try_from(self.attr.max_cqe).ok(),
             },
-            // Host memory only: GPUDirect (nvidia-peermem or dmabuf) is not wired up yet.
+            // Host memory; the fabric adds the GPU bits GPUDirect detection finds (`gdr`).
             ptr_support: PTR_HOST,
         }
     }

@@ -14,7 +14,9 @@
 //!   QP creation (`NCCL_IB_GID_INDEX` overrides). The endpoint blob is [`endpoint`].
 //! * Health ([`events`]): [`VerbsFabric::port_events`] gives each device's health flag,
 //!   event counter and recent async events.
-//! * Memory: host memory only (`NCCL_PTR_HOST`); GPUDirect is not offered yet.
+//! * Memory ([`gdr`]): host memory always; GPU memory (`NCCL_PTR_CUDA` through
+//!   nvidia-peermem, `NCCL_PTR_DMABUF` through dma-buf fds) where detection finds it, per
+//!   device, with one INFO line per device saying whether GPU Direct RDMA is enabled and why.
 
 pub mod config;
 pub mod context;
@@ -24,6 +26,7 @@ mod domain;
 pub mod endpoint;
 pub mod events;
 mod ffi;
+pub mod gdr;
 pub mod gid;
 mod hca;
 pub mod hca_filter;
@@ -38,6 +41,7 @@ use config::{process_env, Resolved};
 use context::DeviceList;
 use discovery::PortInfo;
 pub use events::{AsyncEvent, AsyncEventKind, PortEvents};
+use gdr::{DeviceGdr, HostGdr};
 use hca::Hca;
 use parking_lot::Mutex;
 use pd::VerbsPd;
@@ -52,6 +56,9 @@ pub struct VerbsFabric {
     /// Offered ports: index into `ports`, per fabric device.
     offered: Vec<usize>,
     devices: Vec<DeviceInfo>,
+    /// GPUDirect RDMA per fabric device, and the host facts it was decided from.
+    gdr: Vec<DeviceGdr>,
+    host_gdr: HostGdr,
     events: Vec<Arc<PortEvents>>,
     /// Open devices by libibverbs index.
     hcas: Mutex<Vec<Weak<Hca>>>,
@@ -67,8 +74,16 @@ pub fn open(cfg: &VerbsConfig) -> Result<Arc<dyn Fabric>> {
 /// Open the verbs fabric with its concrete type (health and discovery details).
 pub fn open_verbs(cfg: &VerbsConfig) -> Result<Arc<VerbsFabric>> {
     let cfg = cfg.resolve(&process_env)?;
+    // The CUDA side first: on a GPU host without RDMA NICs the log then says what GPUDirect
+    // would have had before the fabric reports that there is no device.
+    let host_gdr = HostGdr::gather_system(cfg.gdr);
+    tracing::info!(init = true, "NET/HA verbs: {}", host_gdr.describe());
     let list = DeviceList::get()?;
     if list.is_empty() {
+        tracing::info!(
+            init = true,
+            "NET/HA verbs: GPU Direct RDMA disabled: no RDMA device"
+        );
         return Err(FabricError::NoDevice(
             "no RDMA device (libibverbs lists none)".into(),
         ));
@@ -91,7 +106,21 @@ pub fn open_verbs(cfg: &VerbsConfig) -> Result<Arc<VerbsFabric>> {
             }
         )));
     }
-    let devices: Vec<DeviceInfo> = offered.iter().map(|&i| ports[i].device_info()).collect();
+    let gdr = detect_gdr(&list, &ports, &offered, &host_gdr);
+    let named: Vec<(String, DeviceGdr)> = offered
+        .iter()
+        .zip(&gdr)
+        .map(|(&i, g)| (ports[i].name(), g.clone()))
+        .collect();
+    gdr::require(cfg.gdr, &named).map_err(FabricError::System)?;
+    let devices: Vec<DeviceInfo> = offered
+        .iter()
+        .zip(&gdr)
+        .map(|(&i, g)| DeviceInfo {
+            ptr_support: g.ptr_support,
+            ..ports[i].device_info()
+        })
+        .collect();
     let events = offered
         .iter()
         .map(|&i| Arc::new(PortEvents::new(ports[i].name(), true)))
@@ -102,9 +131,42 @@ pub fn open_verbs(cfg: &VerbsConfig) -> Result<Arc<VerbsFabric>> {
         ports,
         offered,
         devices,
+        gdr,
+        host_gdr,
         events,
         list,
     }))
+}
+
+/// GPUDirect RDMA of each offered port: the dma-buf probe runs once per device (HCA), and
+/// only when its answer can matter. One INFO line per port.
+fn detect_gdr(
+    list: &DeviceList,
+    ports: &[PortInfo],
+    offered: &[usize],
+    host: &HostGdr,
+) -> Vec<DeviceGdr> {
+    let mut probes: Vec<(usize, Option<gdr::dmabuf::Probe>)> = Vec::new();
+    offered
+        .iter()
+        .map(|&i| {
+            let p = &ports[i];
+            let probe = if !host.wants_probe() {
+                None
+            } else if let Some((_, r)) = probes.iter().find(|(h, _)| *h == p.hca_index) {
+                *r
+            } else {
+                let r = gdr::dmabuf::probe_device(list, p.hca_index)
+                    .map_err(|e| tracing::warn!("NET/HA verbs: {}: dma-buf probe: {e}", p.hca))
+                    .ok();
+                probes.push((p.hca_index, r));
+                r
+            };
+            let g = gdr::assess(host, probe);
+            tracing::info!(init = true, "NET/HA verbs: {}: {}", p.name(), g.line());
+            g
+        })
+        .collect()
 }
 
 impl VerbsFabric {
@@ -123,6 +185,16 @@ impl VerbsFabric {
     /// flag from the port state.
     pub fn port_events(&self, dev: usize) -> Option<Arc<PortEvents>> {
         self.events.get(dev).cloned()
+    }
+
+    /// GPUDirect RDMA of fabric device `dev` (what its `ptr_support` says, and why).
+    pub fn gdr(&self, dev: usize) -> Option<&DeviceGdr> {
+        self.gdr.get(dev)
+    }
+
+    /// The process-wide GPUDirect facts (CUDA driver, peer-memory client, `HA_NCCL_GDR`).
+    pub fn host_gdr(&self) -> &HostGdr {
+        &self.host_gdr
     }
 
     /// The validated configuration in effect.

@@ -1,11 +1,14 @@
-//! Memory registrations of the verbs fabric: foreign memory registered on a protection
-//! domain, deregistered on drop.
+//! Memory registrations of the verbs fabric: foreign memory (host, or GPU memory by virtual
+//! address through the peer-memory client, or a dma-buf) registered on a protection domain,
+//! deregistered on drop.
 
 use super::super::counters::{Held, Resource};
-use super::super::{Access, MemoryRegion, MrKeys, Result};
+use super::super::{Access, FabricError, MemoryRegion, MrKeys, Result};
 use super::domain::PdInner;
 use super::ffi;
+use super::gdr::dmabuf::{DeregFn, DmabufApi, Probe};
 use ibverbs_sys as sys;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 /// `Access` → `ibv_access_flags` (remote write needs local write in verbs).
@@ -29,6 +32,8 @@ pub struct VerbsMr {
     addr: usize,
     len: usize,
     keys: MrKeys,
+    /// How it is released (`ibv_dereg_mr`; the table's for dma-buf registrations).
+    dereg: DeregFn,
     _held: Held,
     _pd: Arc<PdInner>,
 }
@@ -43,17 +48,17 @@ impl VerbsMr {
         if len == 0 {
             // Nothing can be accessed through it; zero-length transfers carry no SGE and
             // are not key-checked, so no verbs registration is made.
-            return Ok(VerbsMr {
-                mr: std::ptr::null_mut(),
+            return Ok(Self::wrap(
+                pd,
+                std::ptr::null_mut(),
                 addr,
                 len,
-                keys: MrKeys { lkey: 0, rkey: 0 },
-                _held: Held::new(Resource::Mr),
-                _pd: pd.clone(),
-            });
+                sys::ibv_dereg_mr,
+            ));
         }
         // SAFETY: live PD; the caller of `reg_mr` promises the range stays valid while the
-        // registration lives. The kernel pins the pages; nothing is dereferenced here.
+        // registration lives. The kernel pins the pages (for a GPU address, through the peer-
+        // memory client); nothing is dereferenced here.
         let mr = unsafe {
             sys::ibv_reg_mr(
                 pd.pd,
@@ -68,16 +73,77 @@ impl VerbsMr {
                 pd.name
             )));
         }
-        // SAFETY: `mr` was just returned non-null by ibv_reg_mr.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        Ok(VerbsMr {
+        Ok(Self::wrap(pd, mr, addr, len, sys::ibv_dereg_mr))
+    }
+
+    /// `ibv_reg_dmabuf_mr(pd, offset, len, iova, fd, access)` through `api`. The MR's own
+    /// `addr` field holds the offset, not an address (rdma-core), so the registration keeps
+    /// `iova` as its address. `fd` is only used during the call.
+    pub fn register_dmabuf(
+        pd: &Arc<PdInner>,
+        api: &DmabufApi,
+        iova: usize,
+        len: usize,
+        offset: u64,
+        fd: RawFd,
+        access: Access,
+    ) -> Result<VerbsMr> {
+        let Some(reg) = api.reg else {
+            return Err(FabricError::InvalidArgument(format!(
+                "{}: dma-buf registration: {}",
+                pd.name,
+                Probe::NoSymbol.describe()
+            )));
+        };
+        if len == 0 {
+            return Err(FabricError::InvalidArgument(format!(
+                "{}: dma-buf registration of 0 bytes",
+                pd.name
+            )));
+        }
+        // SAFETY: live PD; the kernel looks `fd` up (taking its own reference on the dma-buf)
+        // and maps the exporter's pages; no user memory is dereferenced.
+        let mr = unsafe {
+            reg(
+                pd.pd,
+                offset,
+                len,
+                iova as u64,
+                fd,
+                access_flags(access) as i32,
+            )
+        };
+        if mr.is_null() {
+            return Err(ffi::last_error(format!(
+                "{}: ibv_reg_dmabuf_mr(offset {offset}, {len} bytes, iova {iova:#x}, fd {fd})",
+                pd.name
+            )));
+        }
+        Ok(Self::wrap(pd, mr, iova, len, api.dereg))
+    }
+
+    fn wrap(
+        pd: &Arc<PdInner>,
+        mr: *mut sys::ibv_mr,
+        addr: usize,
+        len: usize,
+        dereg: DeregFn,
+    ) -> VerbsMr {
+        let (lkey, rkey) = if mr.is_null() {
+            (0, 0)
+        } else {
+            // SAFETY: `mr` was just returned non-null by a registration call.
+            unsafe { ((*mr).lkey, (*mr).rkey) }
+        };
+        VerbsMr {
             mr,
             addr,
             len,
             keys: MrKeys { lkey, rkey },
+            dereg,
             _held: Held::new(Resource::Mr),
             _pd: pd.clone(),
-        })
+        }
     }
 }
 
@@ -98,8 +164,8 @@ impl Drop for VerbsMr {
         if self.mr.is_null() {
             return;
         }
-        // SAFETY: deregisters the MR made in `register`, exactly once.
-        let rc = unsafe { sys::ibv_dereg_mr(self.mr) };
+        // SAFETY: deregisters the MR made in `register*`, exactly once.
+        let rc = unsafe { (self.dereg)(self.mr) };
         if rc != 0 {
             tracing::warn!("NET/HA verbs: ibv_dereg_mr failed: {rc}");
         }

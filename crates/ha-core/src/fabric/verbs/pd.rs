@@ -10,6 +10,7 @@ use super::config::Resolved;
 use super::cq::VerbsCq;
 use super::domain::PdInner;
 use super::events::PortEvents;
+use super::gdr::dmabuf::DmabufApi;
 use super::hca::Hca;
 use super::mr::VerbsMr;
 use super::qp::VerbsQp;
@@ -66,6 +67,25 @@ impl ProtectionDomain for VerbsPd {
 
     fn reg_mr(&self, addr: usize, len: usize, access: Access) -> Result<Box<dyn MemoryRegion>> {
         Ok(Box::new(VerbsMr::register(&self.inner, addr, len, access)?))
+    }
+
+    fn reg_dmabuf_mr(
+        &self,
+        iova: usize,
+        len: usize,
+        offset: u64,
+        fd: std::os::fd::RawFd,
+        access: Access,
+    ) -> Result<Box<dyn MemoryRegion>> {
+        Ok(Box::new(VerbsMr::register_dmabuf(
+            &self.inner,
+            DmabufApi::system(),
+            iova,
+            len,
+            offset,
+            fd,
+            access,
+        )?))
     }
 
     fn create_cq(&self, depth: u32, doorbell: Arc<Doorbell>) -> Result<Arc<dyn CompletionQueue>> {

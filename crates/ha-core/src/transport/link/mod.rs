@@ -164,6 +164,22 @@ impl Link {
         self.paths[i].as_mut().expect("path present")
     }
 
+    /// Every device this connection has a path on, the active path's first. Failed paths'
+    /// devices count: a re-armed path comes back on the same device, and registrations that
+    /// cannot be made later (dma-buf) must already be there.
+    pub fn devices(&self) -> Vec<std::sync::Arc<crate::engine::DeviceRes>> {
+        let mut v = Vec::with_capacity(self.holds.len());
+        if let Some(h) = self.holds.get(self.active) {
+            v.push(h.dev.clone());
+        }
+        for (i, h) in self.holds.iter().enumerate() {
+            if i != self.active {
+                v.push(h.dev.clone());
+            }
+        }
+        v
+    }
+
     /// What the fabric's asynchronous events say of path `i`'s port.
     fn port_healthy(&self, i: usize) -> bool {
         let h = &self.holds[i];
