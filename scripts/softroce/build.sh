@@ -12,6 +12,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SR_WORK=${SR_WORK:-/tmp/softroce}
 mkdir -p "$SR_WORK"
 export DEBIAN_FRONTEND=noninteractive
+# depmod and friends live in /usr/sbin, not on a normal user's PATH on Debian.
+export PATH=$PATH:/usr/sbin:/sbin
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"  # apt-get install/update need root
 
 PKGS=(qemu-system-x86 busybox-static libibverbs1 ibverbs-providers ibverbs-utils perftest
