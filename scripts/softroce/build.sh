@@ -44,11 +44,13 @@ KVER=${KPKG#linux-image-}
 KROOT=$SR_WORK/kernel
 if [ ! -f "$KROOT/boot/vmlinuz-$KVER" ]; then
   echo "softroce/build: fetching $KPKG" >&2
-  rm -rf "$KROOT" "$SR_WORK"/linux-image-*.deb
+  rm -rf "$KROOT" "$KROOT.tmp" "$SR_WORK"/linux-image-*.deb
   (cd "$SR_WORK" && { apt-get download "$KPKG" >/dev/null 2>&1 ||
                       { $SUDO apt-get update >/dev/null 2>&1; apt-get download "$KPKG" >/dev/null; }; })
-  dpkg-deb -x "$SR_WORK"/linux-image-*.deb "$KROOT"
-  depmod -b "$KROOT" "$KVER"
+  # Extract and index aside, then move into place: an interrupted run leaves no half kernel.
+  dpkg-deb -x "$SR_WORK"/linux-image-*.deb "$KROOT.tmp"
+  depmod -b "$KROOT.tmp" "$KVER"
+  mv "$KROOT.tmp" "$KROOT"
   rm -f "$SR_WORK"/linux-image-*.deb
 fi
 echo "$KPKG" > "$SR_WORK/kpkg"
