@@ -12,6 +12,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SR_WORK=${SR_WORK:-/tmp/softroce}
 mkdir -p "$SR_WORK"
 export DEBIAN_FRONTEND=noninteractive
+# depmod and friends live in /usr/sbin, not on a normal user's PATH on Debian.
+export PATH=$PATH:/usr/sbin:/sbin
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"  # apt-get install/update need root
 
 PKGS=(qemu-system-x86 busybox-static libibverbs1 ibverbs-providers ibverbs-utils perftest
@@ -42,11 +44,13 @@ KVER=${KPKG#linux-image-}
 KROOT=$SR_WORK/kernel
 if [ ! -f "$KROOT/boot/vmlinuz-$KVER" ]; then
   echo "softroce/build: fetching $KPKG" >&2
-  rm -rf "$KROOT" "$SR_WORK"/linux-image-*.deb
+  rm -rf "$KROOT" "$KROOT.tmp" "$SR_WORK"/linux-image-*.deb
   (cd "$SR_WORK" && { apt-get download "$KPKG" >/dev/null 2>&1 ||
                       { $SUDO apt-get update >/dev/null 2>&1; apt-get download "$KPKG" >/dev/null; }; })
-  dpkg-deb -x "$SR_WORK"/linux-image-*.deb "$KROOT"
-  depmod -b "$KROOT" "$KVER"
+  # Extract and index aside, then move into place: an interrupted run leaves no half kernel.
+  dpkg-deb -x "$SR_WORK"/linux-image-*.deb "$KROOT.tmp"
+  depmod -b "$KROOT.tmp" "$KVER"
+  mv "$KROOT.tmp" "$KROOT"
   rm -f "$SR_WORK"/linux-image-*.deb
 fi
 echo "$KPKG" > "$SR_WORK/kpkg"
