@@ -5,8 +5,8 @@
 
 use super::input::Input;
 use ha_proto::data::layout::{
-    data_imm, encode_cts, encode_record, read_cts, CtsEntry, Record, SharedWords, CTS_SLOT_WORDS,
-    FIFO_DEPTH, MAX_RECVS, RECORD_WORDS, SEND_REGION_WORDS, SIZE_TRUNCATED,
+    cts_word, data_imm, encode_cts, encode_record, read_cts, CtsEntry, Record, SharedWords,
+    CTS_FIFO_WORDS, FIFO_DEPTH, MAX_RECVS, RECORD_WORDS, SEND_REGION_WORDS, SIZE_TRUNCATED,
 };
 use ha_proto::data::recv::RecvSide;
 use ha_proto::data::send::{SendArgs, SendSide};
@@ -46,7 +46,7 @@ pub fn recv_side(data: &[u8]) {
     let mut inp = Input::new(data);
     let mut m = RecvSide::new();
     let records = SharedWords::new(FIFO_DEPTH * RECORD_WORDS);
-    let fifo = SharedWords::new(FIFO_DEPTH * CTS_SLOT_WORDS);
+    let fifo = SharedWords::new(CTS_FIFO_WORDS);
     // Live requests: (id, seq, buffer capacities, recv wr_id).
     let mut live: Vec<(ReqId, u64, Vec<u64>, u64)> = Vec::new();
     for _ in 0..MAX_OPS {
@@ -67,10 +67,14 @@ pub fn recv_side(data: &[u8]) {
                 match m.post(&bufs) {
                     Ok(Some((id, post))) => {
                         assert_eq!(post.slot, (post.seq % FIFO_DEPTH as u64) as usize);
+                        assert_eq!(post.fifo_word, cts_word(m.epoch(), post.slot));
                         for (k, w) in post.cts.iter().enumerate() {
-                            fifo.store(post.slot * CTS_SLOT_WORDS + k, *w);
+                            fifo.store(post.fifo_word + k, *w);
                         }
-                        assert_eq!(read_cts(&fifo, post.slot, post.seq), Ok(Some(bufs.clone())));
+                        assert_eq!(
+                            read_cts(&fifo, m.epoch(), post.slot, post.seq),
+                            Ok(Some(bufs.clone()))
+                        );
                         live.push((
                             id,
                             post.seq,
@@ -183,13 +187,14 @@ pub fn send_side(data: &[u8]) {
                     })
                     .collect();
                 let slot = (seq % FIFO_DEPTH as u64) as usize;
-                for (k, w) in encode_cts(&entries, seq).iter().enumerate() {
-                    fifo.store(slot * CTS_SLOT_WORDS + k, *w);
+                let at = cts_word(m.epoch(), slot);
+                for (k, w) in encode_cts(&entries, seq, m.epoch()).iter().enumerate() {
+                    fifo.store(at + k, *w);
                 }
             }
             1 => {
                 // The peer writes arbitrary words anywhere in the FIFO.
-                let at = inp.u32() as usize % (FIFO_DEPTH * CTS_SLOT_WORDS);
+                let at = inp.u32() as usize % CTS_FIFO_WORDS;
                 fifo.store(at, inp.u64());
             }
             2 => {

@@ -24,9 +24,10 @@ fn switch_with_unregistrable_send_fails_the_connection() {
             tag: 0,
         }],
         1,
+        0,
     );
     for (k, w) in cts.iter().enumerate() {
-        fifo.store(ha_proto::data::layout::CTS_SLOT_WORDS + k, *w);
+        fifo.store(ha_proto::data::layout::cts_word(0, 1) + k, *w);
     }
     let mut m = SendSide::new();
     let a = SendArgs {

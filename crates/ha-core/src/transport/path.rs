@@ -156,11 +156,9 @@ impl Path {
         self.outstanding.is_empty() && self.recvs == 0
     }
 
-    /// The oldest signaled work request has waited longer than `rto`.
-    pub fn stalled(&self, now: Instant, rto: Duration) -> bool {
-        self.outstanding
-            .front()
-            .is_some_and(|(_, t)| now.duration_since(*t) > rto)
+    /// When the oldest signaled work request still outstanding was posted.
+    pub fn oldest_outstanding(&self) -> Option<Instant> {
+        self.outstanding.front().map(|(_, t)| *t)
     }
 
     /// Fence: ERR, so nothing more is placed through this queue pair; everything posted

@@ -3,7 +3,7 @@
 //! hears it first), then replays the undelivered sends on the new path.
 
 use super::error::{Error, Result};
-use super::link::{Event, Link, Phase};
+use super::link::{Drain, Event, Link, Phase};
 use super::mr::MrHandle;
 use crate::fabric::{SendOp, SendWr, Sge};
 use ha_proto::data::layout::{CtrlKind, CtrlMsg, FIFO_DEPTH, RECORD_BYTES, RECORD_WORDS};
@@ -173,10 +173,14 @@ impl SendComm {
             return;
         };
         let f = f.clone();
-        let drained = self.link.paths[f.from].as_ref().is_none_or(|p| p.drained())
-            || f.since.elapsed() > self.link.cfg.drain_watchdog();
-        if !drained {
-            return;
+        match self.link.drain_state(&f) {
+            Drain::Waiting => return,
+            Drain::Overdue => {
+                let ev = self.link.fail_undrained(&f);
+                self.on_event(ev);
+                return;
+            }
+            Drain::Drained => {}
         }
         match f.switch {
             Some(delivered) => {

@@ -1,0 +1,270 @@
+//! Link liveness of one `sock` stream, judged the way RC hardware judges it: below the peer's
+//! threads. RC retries count acknowledgements from the peer's NIC, which answers whether or not
+//! the peer's process runs; here the peer's kernel plays the NIC, and `TCP_INFO` says whether
+//! it still answers. A peer whose process is stopped (SIGSTOP, cgroup throttling, swap, a
+//! debugger) keeps acknowledging TCP — including window probes while its receive buffer is
+//! full, and keep-alive probes while the stream is idle — so it is alive; a link that died
+//! leaves TCP waiting for an answer that never comes.
+//!
+//! The rule ([`LinkWatch::observe`], pure so it is unit-tested on samples): the link is dead
+//! once TCP has been *waiting* — segments unacknowledged, or probes unanswered — for a whole
+//! window with no acknowledgement arriving. Waiting on probes alone gets at least
+//! [`PROBE_GRACE`]: a receiver's kernel answers window probes at most once per 500 ms
+//! (`net.ipv4.tcp_invalid_ratelimit`), so a single unanswered probe proves nothing.
+
+use super::net::{self, TcpSample};
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+/// Least time probes may stay unanswered before the link counts as dead: twice the default
+/// rate limit of the answers to window probes.
+pub const PROBE_GRACE: Duration = Duration::from_millis(1000);
+
+/// The verdict on a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// The peer's kernel answers (or nothing is asked of it).
+    Alive,
+    /// Why the link is dead.
+    Dead(String),
+}
+
+/// Watches one stream's `TCP_INFO` over time (call [`LinkWatch::check`] on every idle tick of
+/// the thread reading that stream).
+#[derive(Debug)]
+pub struct LinkWatch {
+    window: Duration,
+    /// Since when TCP has been waiting for the peer's kernel without an answer.
+    waiting_since: Option<Instant>,
+}
+
+impl LinkWatch {
+    /// A watch that declares the link dead after `window` of unanswered waiting.
+    pub fn new(window: Duration) -> LinkWatch {
+        LinkWatch {
+            window,
+            waiting_since: None,
+        }
+    }
+
+    /// Sample stream `fd` and judge it.
+    pub fn check(&mut self, fd: RawFd, now: Instant) -> Liveness {
+        match net::tcp_sample(fd) {
+            Ok(s) => self.observe(s, now),
+            Err(e) => Liveness::Dead(format!("TCP_INFO: {e}")),
+        }
+    }
+
+    /// Judge one sample taken at `now`.
+    pub fn observe(&mut self, s: TcpSample, now: Instant) -> Liveness {
+        if !s.established {
+            return Liveness::Dead("the TCP connection is no longer established".into());
+        }
+        if s.unacked == 0 && s.probes == 0 {
+            self.waiting_since = None;
+            return Liveness::Alive;
+        }
+        let mut since = self.waiting_since.unwrap_or(now);
+        // An acknowledgement that came after the wait began starts it over.
+        if let Some(acked) = now.checked_sub(s.since_ack) {
+            since = since.max(acked);
+        }
+        self.waiting_since = Some(since);
+        let limit = if s.unacked > 0 {
+            self.window
+        } else {
+            self.window.max(PROBE_GRACE)
+        };
+        let waited = now.saturating_duration_since(since);
+        if waited < limit {
+            return Liveness::Alive;
+        }
+        Liveness::Dead(if s.unacked > 0 {
+            format!(
+                "{} segment(s) unacknowledged by the peer's kernel for {} ms",
+                s.unacked,
+                waited.as_millis()
+            )
+        } else {
+            format!(
+                "{} probe(s) unanswered by the peer's kernel for {} ms",
+                s.probes,
+                waited.as_millis()
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: Duration = Duration::from_millis(500);
+
+    fn sample(unacked: u32, probes: u8, since_ack_ms: u64) -> TcpSample {
+        TcpSample {
+            established: true,
+            unacked,
+            probes,
+            since_ack: Duration::from_millis(since_ack_ms),
+        }
+    }
+
+    fn ms(t0: Instant, m: u64) -> Instant {
+        t0 + Duration::from_millis(m)
+    }
+
+    fn dead(l: &Liveness) -> bool {
+        matches!(l, Liveness::Dead(_))
+    }
+
+    #[test]
+    fn unacknowledged_data_for_a_window_is_a_dead_link() {
+        let t0 = Instant::now();
+        let mut w = LinkWatch::new(W);
+        // Data in flight, the last ACK long ago (the link died at t0).
+        assert_eq!(w.observe(sample(12, 0, 3000), t0), Liveness::Alive);
+        assert_eq!(w.observe(sample(12, 0, 3250), ms(t0, 250)), Liveness::Alive);
+        let v = w.observe(sample(12, 0, 3500), ms(t0, 500));
+        assert!(dead(&v), "{v:?}");
+        let Liveness::Dead(why) = v else {
+            unreachable!()
+        };
+        assert!(why.contains("12 segment(s) unacknowledged"), "{why}");
+    }
+
+    #[test]
+    fn acknowledgements_keep_a_busy_link_alive() {
+        let t0 = Instant::now();
+        let mut w = LinkWatch::new(W);
+        // Always something in flight, but ACKs keep coming (a slow, congested, live link).
+        for k in 0..40 {
+            assert_eq!(
+                w.observe(sample(30, 0, 100), ms(t0, k * 100)),
+                Liveness::Alive,
+                "at {} ms",
+                k * 100
+            );
+        }
+    }
+
+    #[test]
+    fn a_stopped_peer_with_a_full_buffer_is_alive() {
+        // Measured on this kernel (bench/results/2026-11-25-tcp-liveness.md, paused-busy-nout):
+        // zero window, window probes backing off, each answered; one probe unanswered for a
+        // while (the answers are rate limited), the time since the last ACK growing to seconds.
+        let t0 = Instant::now();
+        let mut w = LinkWatch::new(W);
+        let trace: &[(u64, u8, u64)] = &[
+            (1010, 0, 192),
+            (1520, 1, 700),
+            (2020, 1, 1204),
+            (2530, 0, 412),
+            (3030, 0, 916),
+            (4050, 0, 200),
+            (5560, 0, 1720),
+            (7070, 0, 3228),
+            (7580, 0, 180),
+        ];
+        for &(at, probes, since_ack) in trace {
+            let v = w.observe(sample(0, probes, since_ack), ms(t0, at));
+            assert_eq!(v, Liveness::Alive, "at {at} ms");
+        }
+    }
+
+    #[test]
+    fn unanswered_probes_for_the_grace_are_a_dead_link() {
+        // Measured: the link cut during a zero window (cut-zerowin-nout): probes pile up, no
+        // ACK since.
+        let t0 = Instant::now();
+        let mut w = LinkWatch::new(W);
+        assert_eq!(w.observe(sample(0, 2, 1452), ms(t0, 2270)), Liveness::Alive);
+        assert_eq!(w.observe(sample(0, 2, 1960), ms(t0, 2780)), Liveness::Alive);
+        assert_eq!(
+            w.observe(sample(0, 2, 2468), ms(t0, 3260)),
+            Liveness::Alive,
+            "probes alone get PROBE_GRACE, not the 500 ms window"
+        );
+        let v = w.observe(sample(0, 2, 2976), ms(t0, 3290));
+        assert!(dead(&v), "{v:?}");
+        let Liveness::Dead(why) = v else {
+            unreachable!()
+        };
+        assert!(why.contains("probe(s) unanswered"), "{why}");
+    }
+
+    #[test]
+    fn an_answer_restarts_the_wait_and_quiet_clears_it() {
+        let t0 = Instant::now();
+        let mut w = LinkWatch::new(W);
+        assert_eq!(w.observe(sample(1, 0, 0), t0), Liveness::Alive);
+        // 400 ms later an ACK came 50 ms ago: waiting since 350 ms.
+        assert_eq!(w.observe(sample(1, 0, 50), ms(t0, 400)), Liveness::Alive);
+        assert_eq!(w.observe(sample(1, 0, 450), ms(t0, 800)), Liveness::Alive);
+        assert!(dead(&w.observe(sample(1, 0, 500), ms(t0, 850))));
+        // Everything acknowledged: not waiting any more.
+        let mut w = LinkWatch::new(W);
+        assert_eq!(w.observe(sample(1, 0, 10_000), t0), Liveness::Alive);
+        assert_eq!(
+            w.observe(sample(0, 0, 10_000), ms(t0, 400)),
+            Liveness::Alive
+        );
+        assert_eq!(
+            w.observe(sample(1, 0, 10_000), ms(t0, 800)),
+            Liveness::Alive,
+            "a new wait starts at its first sample"
+        );
+        assert!(dead(&w.observe(sample(1, 0, 10_000), ms(t0, 1300))));
+    }
+
+    #[test]
+    fn a_closed_connection_is_dead_at_once() {
+        let mut w = LinkWatch::new(W);
+        let s = TcpSample {
+            established: false,
+            ..sample(0, 0, 0)
+        };
+        assert!(dead(&w.observe(s, Instant::now())));
+    }
+
+    #[test]
+    fn samples_of_a_real_loopback_stream() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        net::keepalive(c.as_raw_fd()).unwrap();
+        let s = net::tcp_sample(c.as_raw_fd()).unwrap();
+        assert!(s.established);
+        assert_eq!((s.unacked, s.probes), (0, 0));
+        // The peer never reads, its kernel still acknowledges: alive.
+        c.write_all(&[7u8; 64 << 10]).unwrap();
+        let mut w = LinkWatch::new(Duration::from_millis(1));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = net::tcp_sample(c.as_raw_fd()).unwrap();
+            if s.unacked == 0 {
+                assert_eq!(w.observe(s, Instant::now()), Liveness::Alive);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "loopback never acknowledged: {s:?}"
+            );
+            std::thread::yield_now();
+        }
+        drop(peer);
+        drop(l);
+        // The peer's socket closed: our side is no longer ESTABLISHED once the FIN arrived.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while net::tcp_sample(c.as_raw_fd()).unwrap().established {
+            assert!(Instant::now() < deadline, "FIN never arrived");
+            std::thread::yield_now();
+        }
+        assert!(dead(&w.observe(
+            net::tcp_sample(c.as_raw_fd()).unwrap(),
+            Instant::now()
+        )));
+    }
+}
