@@ -1,6 +1,11 @@
 //! Engine: the background progress thread, per-connection completion inboxes, and the
-//! per-device resources (PD, shared CQ, MR cache) that connections lease. Threads and device
+//! per-device resources (PD, shared CQs, MR cache) that connections lease. Threads and device
 //! resources exist only while some connection (or registration) holds a lease.
+//!
+//! A device's completion queues are sized from what is posted on them: each queue pair
+//! reserves the completions it can owe at once (`transport::path::CQES_PER_QP`: a flush
+//! completes every posted work request), and a device opens another queue when none of its
+//! queues has room left, so a mass flush never overflows one.
 
 pub mod inbox;
 pub mod mr_cache;
@@ -16,22 +21,89 @@ use router::Router;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// Completion-queue depth per device.
-const CQ_DEPTH: u32 = 4096;
+/// Depth of each completion queue (entries); a device gets as many as its queue pairs need.
+pub const CQ_DEPTH: u32 = 8192;
+
+/// One completion queue of a device and the completions reserved on it.
+struct CqSlot {
+    cq: Arc<dyn CompletionQueue>,
+    id: u64,
+    reserved: u32,
+}
 
 /// Resources of one device shared by every connection on it.
 pub struct DeviceRes {
     pub dev: usize,
     pub pd: Arc<dyn ProtectionDomain>,
-    pub cq: Arc<dyn CompletionQueue>,
     pub mrs: MrCache,
-    cq_id: u64,
+    cqs: Mutex<Vec<CqSlot>>,
     router: Arc<Router>,
 }
 
 impl Drop for DeviceRes {
     fn drop(&mut self) {
-        self.router.remove_cq(self.cq_id);
+        for s in self.cqs.get_mut().iter() {
+            self.router.remove_cq(s.id);
+        }
+    }
+}
+
+/// Room for some completions on one of a device's completion queues, held by a queue pair
+/// for its lifetime (released on drop).
+pub struct CqShare {
+    pub cq: Arc<dyn CompletionQueue>,
+    pub id: u64,
+    cqes: u32,
+    dev: Arc<DeviceRes>,
+}
+
+impl Drop for CqShare {
+    fn drop(&mut self) {
+        if let Some(s) = self.dev.cqs.lock().iter_mut().find(|s| s.id == self.id) {
+            s.reserved -= self.cqes;
+        }
+    }
+}
+
+impl DeviceRes {
+    fn new_cq(&self) -> Result<CqSlot, FabricError> {
+        let cq = self.pd.create_cq(CQ_DEPTH, self.router.doorbell.clone())?;
+        let id = self.router.add_cq(cq.clone());
+        Ok(CqSlot {
+            cq,
+            id,
+            reserved: 0,
+        })
+    }
+
+    /// Reserve room for `cqes` completions (what one queue pair can owe at once) on a
+    /// completion queue of this device with room left, opening a new queue if none has.
+    pub fn reserve_cq(self: &Arc<Self>, cqes: u32) -> Result<CqShare, FabricError> {
+        if cqes > CQ_DEPTH {
+            return Err(FabricError::InvalidArgument(format!(
+                "a queue pair owing {cqes} completions does not fit a queue of {CQ_DEPTH}"
+            )));
+        }
+        let mut cqs = self.cqs.lock();
+        let i = match cqs.iter().position(|s| s.reserved + cqes <= CQ_DEPTH) {
+            Some(i) => i,
+            None => {
+                cqs.push(self.new_cq()?);
+                cqs.len() - 1
+            }
+        };
+        cqs[i].reserved += cqes;
+        Ok(CqShare {
+            cq: cqs[i].cq.clone(),
+            id: cqs[i].id,
+            cqes,
+            dev: self.clone(),
+        })
+    }
+
+    /// Completion queues this device has open.
+    pub fn cq_count(&self) -> usize {
+        self.cqs.lock().len()
     }
 }
 
@@ -64,7 +136,7 @@ pub struct Route {
 
 impl Drop for Route {
     fn drop(&mut self) {
-        self.router.remove_route(self.cq_id, self.qpn);
+        self.router.remove_route(self.cq_id, self.qpn, &self.inbox);
     }
 }
 
@@ -98,8 +170,6 @@ impl Engine {
             Some(r) => r,
             None => {
                 let pd = self.fabric.open_pd(dev)?;
-                let cq = pd.create_cq(CQ_DEPTH, self.router.doorbell.clone())?;
-                let cq_id = self.router.add_cq(cq.clone());
                 let align = if self.fabric.kind() == "verbs" {
                     4096
                 } else {
@@ -109,10 +179,12 @@ impl Engine {
                     dev,
                     mrs: MrCache::new(pd.clone(), align),
                     pd,
-                    cq,
-                    cq_id,
+                    cqs: Mutex::new(Vec::new()),
                     router: self.router.clone(),
                 });
+                // The first queue at once (most devices never need a second).
+                let first = r.new_cq()?;
+                r.cqs.lock().push(first);
                 st.devices[dev] = Arc::downgrade(&r);
                 r
             }
@@ -138,14 +210,15 @@ impl Engine {
 }
 
 impl Lease {
-    /// Route completions of queue pair `qpn` (on this lease's device) to a new inbox.
-    pub fn route(&self, qpn: u32) -> Route {
+    /// Route completions of queue pair `qpn` (whose completions go to queue `cq_id` of this
+    /// lease's device) to a new inbox.
+    pub fn route(&self, cq_id: u64, qpn: u32) -> Route {
         let router = self.engine.router.clone();
         let inbox = Arc::new(Inbox::polled_by(&router));
-        router.add_route(self.dev.cq_id, qpn, inbox.clone());
+        router.add_route(cq_id, qpn, inbox.clone());
         Route {
             router,
-            cq_id: self.dev.cq_id,
+            cq_id,
             qpn,
             inbox,
         }

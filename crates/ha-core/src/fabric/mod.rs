@@ -86,6 +86,8 @@ pub struct DeviceInfo {
     pub max_comms: i32,
     /// `NCCL_PTR_*` bits the fabric can register.
     pub ptr_support: i32,
+    /// Largest message one work request may carry (verbs: the port's `max_msg_sz`).
+    pub max_msg_bytes: u64,
 }
 
 /// Memory access rights of a registration.

@@ -104,6 +104,7 @@ mod tests {
             link_layer: ll,
             max_comms: 1,
             ptr_support: 1,
+            max_msg_bytes: 1 << 30,
         }
     }
 

@@ -16,3 +16,6 @@ pub mod setup;
 pub mod stats;
 
 pub use error::{Error, Result};
+
+#[cfg(test)]
+mod tests;

@@ -123,7 +123,7 @@ impl RecvComm {
         Ok(r)
     }
 
-    fn pump(&mut self) {
+    pub(super) fn pump(&mut self) {
         for ev in self.link.pump() {
             self.on_event(ev);
         }
@@ -139,7 +139,7 @@ impl RecvComm {
         }
     }
 
-    fn on_ctrl(&mut self, m: CtrlMsg) {
+    pub(super) fn on_ctrl(&mut self, m: CtrlMsg) {
         match m.kind {
             CtrlKind::SwitchReq
                 if m.epoch == self.link.epoch && matches!(self.link.phase, Phase::Normal) =>

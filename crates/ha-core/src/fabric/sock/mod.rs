@@ -182,6 +182,8 @@ fn device_info(index: usize, rail: &SockRail) -> DeviceInfo {
         link_layer: LinkLayer::Ethernet,
         max_comms: 65536,
         ptr_support: crate::fabric::PTR_HOST,
+        // A frame's total length is a 32-bit field.
+        max_msg_bytes: u64::from(u32::MAX),
     }
 }
 

@@ -68,6 +68,12 @@ impl Link {
         }
     }
 
+    /// The re-arm in progress: (path, attempt).
+    #[cfg(test)]
+    pub(crate) fn rearm_pending(&self) -> Option<(usize, u64)> {
+        self.rearm.as_ref().map(|r| (r.index, r.attempt))
+    }
+
     /// Whether a re-arm message belongs to this epoch (not to a path set a switch replaced).
     fn current(&self, msg: &CtrlMsg) -> bool {
         if msg.epoch == self.epoch {
