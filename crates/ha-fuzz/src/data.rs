@@ -6,7 +6,8 @@
 use super::input::Input;
 use ha_proto::data::layout::{
     cts_word, data_imm, encode_cts, encode_record, read_cts, CtsEntry, Record, SharedWords,
-    CTS_FIFO_WORDS, FIFO_DEPTH, MAX_RECVS, RECORD_WORDS, SEND_REGION_WORDS, SIZE_TRUNCATED,
+    CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, RECORD_WORDS, SEND_REGION_WORDS,
+    SIZE_TRUNCATED,
 };
 use ha_proto::data::recv::RecvSide;
 use ha_proto::data::send::{SendArgs, SendSide};
@@ -256,6 +257,8 @@ pub fn send_side(data: &[u8]) {
                     d => m.posted_upto().saturating_sub(d as u64 % 4),
                 };
                 let refuse = inp.u8();
+                // The receiver re-posts what is open into the next epoch's bank first.
+                repost_all(&fifo, m.epoch());
                 let r = m.apply_switch(&fifo, delivered, |_, k, _, _| {
                     (refuse as usize != k + 1).then_some(11)
                 });
@@ -275,6 +278,21 @@ pub fn send_side(data: &[u8]) {
             _ => m.fail(ProtoError::CorruptRecord { what: "fuzz" }),
         }
         assert_eq!(m.live_requests(), live.len());
+    }
+}
+
+/// Copy every clear-to-send of epoch `epoch`'s bank into the next epoch's, re-tagged (what a
+/// receiver does with its open receives at a switch).
+fn repost_all(fifo: &SharedWords, epoch: u32) {
+    for slot in 0..FIFO_DEPTH {
+        let (from, to) = (cts_word(epoch, slot), cts_word(epoch.wrapping_add(1), slot));
+        for k in 0..CTS_SLOT_WORDS {
+            let mut w = fifo.load(from + k);
+            if k == CTS_SLOT_WORDS - 2 {
+                w = (w & 0xffff_ffff) | (u64::from(epoch.wrapping_add(1)) << 32);
+            }
+            fifo.store(to + k, w);
+        }
     }
 }
 

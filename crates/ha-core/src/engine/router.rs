@@ -58,7 +58,10 @@ impl Router {
     /// goes, and the new queue pair's route must survive the old one's removal.
     pub fn remove_route(&self, cq: u64, qpn: u32, inbox: &Arc<Inbox>) {
         let mut routes = self.routes.write();
-        if routes.get(&(cq, qpn)).is_some_and(|r| Arc::ptr_eq(r, inbox)) {
+        if routes
+            .get(&(cq, qpn))
+            .is_some_and(|r| Arc::ptr_eq(r, inbox))
+        {
             routes.remove(&(cq, qpn));
         }
     }

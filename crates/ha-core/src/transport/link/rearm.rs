@@ -74,6 +74,12 @@ impl Link {
         self.rearm.as_ref().map(|r| (r.index, r.attempt))
     }
 
+    /// Re-arm attempts started so far.
+    #[cfg(test)]
+    pub(crate) fn rearm_attempts(&self) -> u64 {
+        self.rearm_attempts
+    }
+
     /// Whether a re-arm message belongs to this epoch (not to a path set a switch replaced).
     fn current(&self, msg: &CtrlMsg) -> bool {
         if msg.epoch == self.epoch {

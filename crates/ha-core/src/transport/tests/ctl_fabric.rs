@@ -37,7 +37,8 @@ pub struct CqLoad {
 pub struct Ctl {
     port_down: Mutex<HashSet<usize>>,
     hold: Mutex<HashSet<u32>>,
-    fail_post: Mutex<HashSet<u32>>,
+    /// Posts still to fail per queue pair.
+    fail_post: Mutex<HashMap<u32, u32>>,
     max_msg: Mutex<Option<usize>>,
     qps: Mutex<HashMap<u32, QpInfo>>,
     cqs: Mutex<Vec<(Weak<CtlCq>, CqLoad)>>,
@@ -81,14 +82,9 @@ impl Ctl {
             .push_back(c);
     }
 
-    /// Posts on `qpn` fail from now on (or work again).
-    pub fn fail_posts(&self, qpn: u32, fail: bool) {
-        let mut f = self.fail_post.lock();
-        if fail {
-            f.insert(qpn);
-        } else {
-            f.remove(&qpn);
-        }
+    /// The next `n` posts on `qpn` fail.
+    pub fn fail_posts(&self, qpn: u32, n: u32) {
+        self.fail_post.lock().insert(qpn, n);
     }
 
     /// Every device refuses (at post) work requests longer than `bytes`, as a verbs device
@@ -308,9 +304,16 @@ impl QueuePair for CtlQp {
         self.inner.to_err()
     }
     fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
-        if self.ctl.fail_post.lock().contains(&self.qpn) {
+        if let Some(n) = self
+            .ctl
+            .fail_post
+            .lock()
+            .get_mut(&self.qpn)
+            .filter(|n| **n > 0)
+        {
+            *n -= 1;
             return Err(FabricError::System(format!(
-                "ctl: posts on qp {} fail",
+                "ctl: a post on qp {} fails",
                 self.qpn
             )));
         }
@@ -330,7 +333,9 @@ impl QueuePair for CtlQp {
                 .and_then(|p| qps.get(&p))
                 .is_some_and(|p| p.connected);
             if !peer_ready {
-                self.ctl.posts_to_unconnected.fetch_add(1, Ordering::Relaxed);
+                self.ctl
+                    .posts_to_unconnected
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
         self.inner.post_send(wrs)

@@ -24,7 +24,10 @@ fn completion_queues_are_sized_from_what_their_queue_pairs_can_owe() {
         .map(|_| Path::open(engine.lease(0).unwrap(), None).unwrap())
         .collect();
     let loads = ctl.cq_loads();
-    assert!(loads.len() > 1, "100 queue pairs fit no single queue: {loads:?}");
+    assert!(
+        loads.len() > 1,
+        "100 queue pairs fit no single queue: {loads:?}"
+    );
     for l in &loads {
         assert!(
             l.owed <= u64::from(l.depth),
@@ -48,9 +51,8 @@ fn a_send_above_the_devices_message_size_is_refused_up_front() {
     let mut p = Pair::over(fabric, cfg());
     let big = vec![5u8; 256 << 10];
     let dst = vec![0u8; 256 << 10];
-    let reg = |dev, b: &Vec<u8>| {
-        Arc::new(MrHandle::register(dev, b.as_ptr() as usize, b.len()).unwrap())
-    };
+    let reg =
+        |dev, b: &Vec<u8>| Arc::new(MrHandle::register(dev, b.as_ptr() as usize, b.len()).unwrap());
     let smr = reg(p.send.device_res(), &big);
     let rmr = reg(p.recv.device_res(), &dst);
     let arg = RecvArg {
@@ -71,8 +73,15 @@ fn a_send_above_the_devices_message_size_is_refused_up_front() {
     // The same receive takes a send the device can carry.
     let deadline = Instant::now() + Duration::from_secs(10);
     let sid = loop {
-        assert!(Instant::now() < deadline, "the receive never became matchable");
-        if let Some(id) = p.send.isend(big.as_ptr() as usize, 60 << 10, 3, &smr).unwrap() {
+        assert!(
+            Instant::now() < deadline,
+            "the receive never became matchable"
+        );
+        if let Some(id) = p
+            .send
+            .isend(big.as_ptr() as usize, 60 << 10, 3, &smr)
+            .unwrap()
+        {
             break id;
         }
     };

@@ -8,7 +8,8 @@ use ha_proto::data::layout::{CtrlKind, CtrlMsg};
 
 /// Fail the primary over (from the sender's side) and wait until both sides switched.
 fn fail_over(p: &mut Pair, flow: &mut Flow) {
-    p.ctl.inject(error_completion(p.qpn(true, 0), WcStatus::RetryExcErr));
+    p.ctl
+        .inject(error_completion(p.qpn(true, 0), WcStatus::RetryExcErr));
     pump_until(p, flow, Duration::from_secs(10), "switch", |p| {
         p.send.link.epoch == 1 && p.recv.link.epoch == 1
     });
@@ -31,7 +32,11 @@ fn pump_both_until(p: &mut Pair, within: Duration, what: &str, done: impl Fn(&Pa
 #[test]
 fn an_answer_to_an_earlier_rearm_attempt_is_ignored() {
     let _l = TEST_LOCK.read();
-    let mut p = Pair::new(cfg());
+    // Attempts time out after 2 x 1 s + RTO: room for a loaded machine between the steps.
+    let mut p = Pair::new(HaCfg {
+        rearm_hold: Duration::from_secs(1),
+        ..cfg()
+    });
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     fail_over(&mut p, &mut flow);
@@ -45,15 +50,27 @@ fn an_answer_to_an_earlier_rearm_attempt_is_ignored() {
         p.send.link.rearm_pending() == Some((0, 2))
     });
     let r0 = p.recv.link.path(0).qp.qp_num();
-    pump_both_until(&mut p, Duration::from_secs(10), "receiver answers attempt 2", |p| {
-        p.recv.link.path(0).qp.qp_num() != r0
-    });
+    pump_both_until(
+        &mut p,
+        Duration::from_secs(10),
+        "receiver answers attempt 2",
+        |p| p.recv.link.path(0).qp.qp_num() != r0,
+    );
     p.ctl.release(s1);
     pump_both_until(&mut p, Duration::from_secs(20), "re-armed", |p| {
         p.send.stats().rearms == 1 && p.recv.stats().rearms == 1
     });
+    assert_eq!(
+        p.send.link.rearm_attempts(),
+        2,
+        "attempt 2 must verify (the stale answer misconnected it)"
+    );
     let (s0, r0) = (p.qpn(true, 0), p.qpn(false, 0));
-    assert_eq!(p.ctl.peer_of(s0), Some(r0), "sender's new queue pair aimed elsewhere");
+    assert_eq!(
+        p.ctl.peer_of(s0),
+        Some(r0),
+        "sender's new queue pair aimed elsewhere"
+    );
     assert_eq!(p.ctl.peer_of(r0), Some(s0));
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
 }

@@ -74,7 +74,9 @@ fn a_stall_without_a_verified_standby_waits_and_a_port_event_then_fails_over() {
     tick_for(&mut p, &mut flow, cfg().rto * 4, |p| {
         match &p.send.link.phase {
             Phase::Normal => Ok(()),
-            other => Err(format!("a soft timeout with no verified standby moved: {other:?}")),
+            other => Err(format!(
+                "a soft timeout with no verified standby moved: {other:?}"
+            )),
         }
     });
     assert!(p.send.machine.failure().is_none());
@@ -105,9 +107,11 @@ fn a_single_path_stall_never_ends_the_connection() {
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     p.ctl.hold(p.qpn(true, 0));
     outstanding_on_primary(&mut p, &mut flow);
-    tick_for(&mut p, &mut flow, cfg().rto * 5, |p| match &p.send.link.phase {
-        Phase::Normal => Ok(()),
-        other => Err(format!("{other:?}")),
+    tick_for(&mut p, &mut flow, cfg().rto * 5, |p| {
+        match &p.send.link.phase {
+            Phase::Normal => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
     });
     p.ctl.release(p.qpn(true, 0));
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
@@ -123,7 +127,8 @@ fn a_failover_the_peer_finishes_after_the_deadline_still_completes() {
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     // The primary fails on the sender's side; the receiver does not run.
-    p.ctl.inject(error_completion(p.qpn(true, 0), WcStatus::RetryExcErr));
+    p.ctl
+        .inject(error_completion(p.qpn(true, 0), WcStatus::RetryExcErr));
     let end = Instant::now() + cfg().failover_deadline() + Duration::from_millis(500);
     while Instant::now() < end {
         p.send.pump();
@@ -155,7 +160,11 @@ fn a_late_tick_restarts_the_soft_timers() {
     std::thread::sleep(cfg().rto * 3);
     // ... and runs again: its first tick finds the work outstanding "for" 3 timeouts.
     p.send.pump();
-    assert!(matches!(p.send.link.phase, Phase::Normal), "{:?}", p.send.link.phase);
+    assert!(
+        matches!(p.send.link.phase, Phase::Normal),
+        "{:?}",
+        p.send.link.phase
+    );
     assert_eq!(p.send.stats().late_ticks, late + 1);
     p.ctl.release(p.qpn(true, 0));
     flow.run(&mut p, 200, Duration::from_secs(30)).unwrap();
@@ -171,9 +180,13 @@ fn a_standby_port_event_loses_the_standby_and_its_return_rearms_it() {
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     p.ctl.set_port(1, false);
-    pump_until(&mut p, &mut flow, Duration::from_secs(10), "standby lost", |p| {
-        !p.send.link.usable(1) && !p.recv.link.usable(1)
-    });
+    pump_until(
+        &mut p,
+        &mut flow,
+        Duration::from_secs(10),
+        "standby lost",
+        |p| !p.send.link.usable(1) && !p.recv.link.usable(1),
+    );
     assert_eq!(p.send.stats().standby_lost, 1);
     assert_eq!(p.recv.stats().standby_lost, 1);
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
