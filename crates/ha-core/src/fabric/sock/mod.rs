@@ -274,6 +274,11 @@ impl SockEndpoint {
     }
 }
 
+/// Whether `ip` is an address of this host (it can be bound): a rail must be one.
+pub fn check_rail_address(ip: IpAddr) -> std::io::Result<()> {
+    net::listen(ip).map(drop)
+}
+
 static LIVE_THREADS: AtomicUsize = AtomicUsize::new(0);
 
 /// Process-wide number of live `sock` threads (listeners and queue pair I/O threads).
