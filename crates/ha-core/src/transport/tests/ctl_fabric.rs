@@ -152,11 +152,13 @@ impl Fabric for CtlFabric {
     }
 }
 
+/// A wrapper queue (by address), its index in `Ctl::cqs`, and the queue it wraps.
+type CqEntry = (usize, usize, Arc<dyn CompletionQueue>);
+
 struct CtlPd {
     inner: Arc<dyn ProtectionDomain>,
     ctl: Arc<Ctl>,
-    /// Wrapper queue (by address) → (its index in `Ctl::cqs`, the inner queue).
-    cqs: Mutex<Vec<(usize, usize, Arc<dyn CompletionQueue>)>>,
+    cqs: Mutex<Vec<CqEntry>>,
 }
 
 impl ProtectionDomain for CtlPd {
