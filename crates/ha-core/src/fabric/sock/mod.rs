@@ -54,8 +54,8 @@
 //! itself did not run for a while (this process stopped) finds the peer's ACKs and carries on.
 //! The responder never fails a queue pair: a request stalled in the middle is waited for
 //! while the link lives, and the stream is hung up (without touching the queue pair) only when
-//! the link is dead or the target region is being deregistered (so `dereg_mr` never waits on a
-//! stopped peer). A rewrite of this fabric's I/O must keep these semantics: the regression
+//! the link is dead, or a retry window after the target region began being deregistered (so
+//! `dereg_mr` waits for a placement in progress, but never longer than that for a stopped peer). A rewrite of this fabric's I/O must keep these semantics: the regression
 //! tests are `tests/liveness.rs` here (real dead links in a private network namespace),
 //! `liveness.rs`'s unit tests, and the stop drill (`scripts/drill/stop-drill.sh`, run by
 //! `ha-harness`'s `stop_drill` test).

@@ -242,8 +242,9 @@ impl Watch for AckWatch<'_> {
         if self.qp.dead() {
             return Err(Abort::Stop);
         }
-        if self.region.is_some_and(|m| m.dying()) {
-            // A READ response stalled while its target is being deregistered: let go of it.
+        if self.region.is_some_and(|m| m.dying()) && idle > self.qp.pd.tun.retry_timeout {
+            // A READ response stalled a retry window while its target is being deregistered:
+            // let go of it.
             return Err(Abort::Expired);
         }
         // Sampled on every tick, so the judge knows how long TCP has been waiting.

@@ -39,8 +39,9 @@ enum End {
 }
 
 /// The responder's view of time: a request stalled in the middle is waited for as long as the
-/// link is alive (a stopped peer resumes where it stopped), but not while its target region is
-/// being deregistered, and not on a dead link.
+/// link is alive (a stopped peer resumes where it stopped), except on a dead link, and for at
+/// most the retry window while its target region is being deregistered (so `dereg_mr` waits for
+/// a placement in progress, but not for a peer that stopped in the middle of one).
 struct RxWatch<'a> {
     qp: &'a QpShared,
     link: &'a mut LinkWatch,
@@ -58,10 +59,10 @@ impl Watch for RxWatch<'_> {
         if !mid_frame {
             return Ok(());
         }
-        if self.region.is_some_and(|m| m.dying()) {
-            return Err(Abort::Expired);
-        }
         if idle > self.qp.pd.tun.retry_timeout {
+            if self.region.is_some_and(|m| m.dying()) {
+                return Err(Abort::Expired);
+            }
             if let Liveness::Dead(why) = live {
                 tracing::debug!("sock: qp {}: inbound link dead: {why}", self.qp.qpn);
                 return Err(Abort::Expired);
