@@ -9,16 +9,19 @@
 //! The rule ([`LinkWatch::observe`], pure so it is unit-tested on samples): the link is dead
 //! once TCP has been *waiting* — segments unacknowledged, or probes unanswered — for a whole
 //! window with no acknowledgement arriving. Waiting on probes alone gets at least
-//! [`PROBE_GRACE`]: a receiver's kernel answers window probes at most once per 500 ms
-//! (`net.ipv4.tcp_invalid_ratelimit`), so a single unanswered probe proves nothing.
+//! [`PROBE_GRACE`]: a receiver's kernel answers window (and keep-alive) probes, which are
+//! out-of-window segments, at most once per 500 ms (`net.ipv4.tcp_invalid_ratelimit`), while
+//! the sender's probe timer backs off from 200 ms; measured on a stopped peer, one probe went
+//! unanswered for 1.1 s (1.33 s between two acknowledgements), so an unanswered probe proves
+//! little until seconds pass.
 
 use super::net::{self, TcpSample};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-/// Least time probes may stay unanswered before the link counts as dead: twice the default
-/// rate limit of the answers to window probes.
-pub const PROBE_GRACE: Duration = Duration::from_millis(1000);
+/// Least time probes may stay unanswered before the link counts as dead: over twice the
+/// longest unanswered stretch measured for a live (stopped) peer.
+pub const PROBE_GRACE: Duration = Duration::from_millis(3000);
 
 /// The verdict on a stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,15 +154,20 @@ mod tests {
     #[test]
     fn a_stopped_peer_with_a_full_buffer_is_alive() {
         // Measured on this kernel (bench/results/2026-11-25-tcp-liveness.md, paused-busy-nout):
-        // zero window, window probes backing off, each answered; one probe unanswered for a
-        // while (the answers are rate limited), the time since the last ACK growing to seconds.
+        // zero window, window probes backing off, each answered eventually; one probe
+        // unanswered for over a second (the answers are rate limited), the time since the last
+        // ACK growing to seconds. Sampled as the ack reader does (every few tens of ms).
         let t0 = Instant::now();
         let mut w = LinkWatch::new(W);
         let trace: &[(u64, u8, u64)] = &[
-            (1010, 0, 192),
-            (1520, 1, 700),
-            (2020, 1, 1204),
-            (2530, 0, 412),
+            (1010, 0, 200),
+            (1050, 1, 250),
+            (1260, 1, 456),
+            (1520, 1, 708),
+            (1770, 1, 960),
+            (2020, 1, 1212),
+            (2120, 1, 1312),
+            (2280, 0, 152),
             (3030, 0, 916),
             (4050, 0, 200),
             (5560, 0, 1720),
@@ -181,11 +189,11 @@ mod tests {
         assert_eq!(w.observe(sample(0, 2, 1452), ms(t0, 2270)), Liveness::Alive);
         assert_eq!(w.observe(sample(0, 2, 1960), ms(t0, 2780)), Liveness::Alive);
         assert_eq!(
-            w.observe(sample(0, 2, 2468), ms(t0, 3260)),
+            w.observe(sample(0, 3, 4468), ms(t0, 5260)),
             Liveness::Alive,
             "probes alone get PROBE_GRACE, not the 500 ms window"
         );
-        let v = w.observe(sample(0, 2, 2976), ms(t0, 3290));
+        let v = w.observe(sample(0, 4, 4496), ms(t0, 5290));
         assert!(dead(&v), "{v:?}");
         let Liveness::Dead(why) = v else {
             unreachable!()

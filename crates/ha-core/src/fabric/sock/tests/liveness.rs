@@ -29,8 +29,8 @@ fn a_silent_peer_whose_kernel_acknowledges_is_waited_for() {
         wr(1, SendOp::Read, (&src, 0, 0, 0), 0x1000, 5),
     ])
     .unwrap();
-    // Ten retry windows (and over twice the probe grace): nothing fails.
-    a.none_until(Instant::now() + retry * 10);
+    // Over twice the probe grace: nothing fails.
+    a.none_until(Instant::now() + Duration::from_secs(7));
     assert_eq!(a.qp.state(), QpState::Rts);
     // The peer goes away for real (the listener's close resets the stream): a hard error.
     let t0 = Instant::now();
@@ -163,7 +163,7 @@ fn a_link_that_stops_acknowledging_fails_within_the_retry_window() {
 
 /// Everything of the WR reached the peer's kernel, then the link died while the peer's process
 /// had not answered yet (nothing unacknowledged at the TCP level): the kernel's keep-alive
-/// probes go unanswered and the link is judged dead after the probe grace.
+/// probes go unanswered and the link is judged dead after the probe grace (3 s).
 #[test]
 fn a_link_that_dies_after_the_data_was_acknowledged_fails_through_keepalive() {
     let _l = TEST_LOCK.read();
@@ -198,7 +198,7 @@ fn a_link_that_dies_after_the_data_was_acknowledged_fails_through_keepalive() {
         let c = a.wait(1);
         let dt = t0.elapsed();
         assert_eq!(statuses(&c), vec![(3, WcStatus::RetryExcErr)]);
-        assert!(dt <= Duration::from_secs(8), "took {dt:?}");
+        assert!(dt <= Duration::from_secs(10), "took {dt:?}");
         drop(l);
     });
     if r.is_none() {
