@@ -9,8 +9,10 @@
 //! `HA_DRILLS=N` sets the drills per end (default 10; CI runs the default, the long run is
 //! `HA_DRILLS=50 cargo test --release --test ha_netns`). `HA_PAUSE=1` also stops one rank at
 //! random (`kill -STOP`, 0.5–3 s, at a random moment) in every drill: a paused peer must not
-//! cost a message or a connection. Standby losses in the stats are false alarms here (a drill
-//! never cuts the standby): they are summed and printed.
+//! cost a message or a connection. The drill always cuts the rail both sides' traffic is on
+//! (a pause may have moved it: a soft timeout may move traffic to a verified standby), so a
+//! standby loss in the stats is a false alarm unless a cut hit that side's standby because it
+//! had just moved; the false ones are summed and printed.
 
 mod ranks;
 #[path = "../so/mod.rs"]
@@ -53,10 +55,17 @@ fn main() {
         let far = i % 2 == 1;
         match drill(i, far, pause) {
             Ok(r) => {
+                let end = |k: usize| if (k == 0) == far { "far" } else { "near" };
+                let cut = |k: usize| {
+                    r.cuts
+                        .get(k)
+                        .map_or("?".to_string(), |c| format!("rail{c}/{}", end(k)))
+                };
                 println!(
-                    "drill {i}: cut rail0/{} -> failover ok ({} ms stall), re-arm ok, cut rail1 -> failover ok ({} ms stall), {} messages verified, standby losses {}{}",
-                    if far { "far" } else { "near" },
+                    "drill {i}: cut {} -> failover ok ({} ms stall), re-arm ok, cut {} -> failover ok ({} ms stall), {} messages verified, false standby losses {}{}",
+                    cut(0),
                     r.stall1_ms,
+                    cut(1),
                     r.stall2_ms,
                     r.messages,
                     r.standby_lost,
@@ -178,10 +187,34 @@ struct DrillResult {
     stall1_ms: u64,
     stall2_ms: u64,
     messages: u64,
-    /// Standby losses counted by both sides.
+    /// Standby losses counted by both sides that no cut explains (false alarms).
     standby_lost: u64,
     /// Which rank was paused when, for how long.
     paused: Option<String>,
+    /// The rails cut, in order.
+    cuts: Vec<usize>,
+}
+
+/// Where a drill is: which rail each side's traffic is on (send, recv), the rail cut last,
+/// which sides got off it, and standby losses the cuts explain (a cut that hit a side's
+/// standby because a soft timeout had just moved its traffic).
+#[derive(Default)]
+struct Plan {
+    active: [usize; 2],
+    cut: usize,
+    handled: [bool; 2],
+    explained: u64,
+    /// Every rail cut, in order.
+    cuts: Vec<usize>,
+}
+
+/// The rail a failover line moved to (`... -> path N (dev D), ...`).
+fn switched_to(line: &str) -> Option<usize> {
+    if !line.contains("NET/HA : failover") {
+        return None;
+    }
+    let rest = line.split(" -> path ").nth(1)?;
+    rest.split("(dev ").nth(1)?.split(')').next()?.parse().ok()
 }
 
 /// Stops one of `pids` for a random 0.5–3 s at a random moment 0.5–6 s from now (the pause
@@ -298,6 +331,7 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut log = Vec::new();
     let mut stage = 0;
+    let mut plan = Plan::default();
     let result = (|| -> Result<(), String> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -309,37 +343,47 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
                 // The receiver listens: hand its handle to the sender (as NCCL's bootstrap does).
                 writeln!(send_in, "{h}").map_err(|e| e.to_string())?;
             }
+            let side = usize::from(who == "recv");
+            if let Some(d) = switched_to(&line) {
+                plan.active[side] = d;
+            }
+            let progress = who == "recv" && line.starts_with("PROGRESS");
             match stage {
-                // Traffic flows: cut the primary rail.
-                0 if who == "recv" && line.starts_with("PROGRESS") => {
-                    topo.link(0, far, false)?;
-                    stage = 1;
-                }
-                // Both sides switched: bring the rail back, wait for the re-arm.
-                1 | 2 if line.contains("NET/HA : failover") => {
+                // Traffic flows on one rail at both ends: cut it.
+                0 | 4 if progress && plan.active[0] == plan.active[1] => {
+                    plan.cut = plan.active[0];
+                    plan.cuts.push(plan.cut);
+                    plan.handled = [false; 2];
+                    topo.link(plan.cut, if stage == 0 { far } else { !far }, false)?;
                     stage += 1;
-                    if stage == 3 {
-                        topo.link(0, far, true)?;
+                }
+                // A standby lost again (a loaded machine can starve a probe): wait for the next
+                // re-arm before taking the rail in use away.
+                4 if line.contains("standby path") && line.contains("lost") => {
+                    stage = 3;
+                }
+                // Each side must get off the cut rail: a failover, or — when a soft timeout (a
+                // paused peer) had already moved it — the cut rail lost as its standby.
+                1 | 5 => {
+                    if line.contains("NET/HA : failover") {
+                        plan.handled[side] = true;
+                    } else if line.contains(&format!("standby path {} lost", plan.cut)) {
+                        plan.handled[side] = true;
+                        plan.explained += 1;
+                    }
+                    if plan.handled == [true; 2] {
+                        if stage == 1 {
+                            // Bring the rail back, wait for the re-arm.
+                            topo.link(plan.cut, far, true)?;
+                            stage = 3;
+                        } else {
+                            std::fs::write(dir.join("stop"), b"").map_err(|e| e.to_string())?;
+                            stage = 7;
+                        }
                     }
                 }
                 3 if who == "send" && line.contains("re-armed as the standby") => {
                     stage = 4;
-                }
-                // A standby lost again (a loaded machine can starve a probe): wait for the next
-                // re-arm before taking the other rail away.
-                4 if line.contains("standby path") && line.contains("lost") => {
-                    stage = 3;
-                }
-                // Redundancy is back: cut the other rail (now the active one).
-                4 if who == "recv" && line.starts_with("PROGRESS") => {
-                    topo.link(1, !far, false)?;
-                    stage = 5;
-                }
-                5 | 6 if line.contains("NET/HA : failover") => {
-                    stage += 1;
-                    if stage == 7 {
-                        std::fs::write(dir.join("stop"), b"").map_err(|e| e.to_string())?;
-                    }
                 }
                 _ => {}
             }
@@ -411,7 +455,8 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
     let lost: u64 = ["send", "recv"]
         .iter()
         .map(|who| sum_field(&dir, who, "standby_lost"))
-        .sum();
+        .sum::<u64>()
+        .saturating_sub(plan.explained);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(DrillResult {
         stall1_ms: grab("GAP1"),
@@ -419,6 +464,7 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
         messages: grab("MESSAGES"),
         standby_lost: lost,
         paused,
+        cuts: plan.cuts.clone(),
     })
 }
 

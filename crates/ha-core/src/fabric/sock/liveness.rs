@@ -8,19 +8,20 @@
 //!
 //! The rule ([`LinkWatch::observe`], pure so it is unit-tested on samples): the link is dead
 //! once TCP has been *waiting* — segments unacknowledged, or probes unanswered — for a whole
-//! window with no acknowledgement arriving. Waiting on probes alone gets at least
-//! [`PROBE_GRACE`]: a receiver's kernel answers window (and keep-alive) probes, which are
+//! window with no acknowledgement arriving. Waiting on *window* probes alone (the peer's
+//! window closed) gets at least [`PROBE_GRACE`]: a receiver's kernel answers them, being
 //! out-of-window segments, at most once per 500 ms (`net.ipv4.tcp_invalid_ratelimit`), while
 //! the sender's probe timer backs off from 200 ms; measured on a stopped peer, one probe went
-//! unanswered for 1.1 s (1.33 s between two acknowledgements), so an unanswered probe proves
-//! little until seconds pass.
+//! unanswered for 1.1 s (1.33 s between two acknowledgements). Keep-alive probes (window open,
+//! nothing in flight) go out 1 s apart, each answered within a round trip by a live kernel:
+//! they get the window.
 
 use super::net::{self, TcpSample};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-/// Least time probes may stay unanswered before the link counts as dead: over twice the
-/// longest unanswered stretch measured for a live (stopped) peer.
+/// Least time window probes may stay unanswered before the link counts as dead: over twice
+/// the longest unanswered stretch measured for a live (stopped) peer.
 pub const PROBE_GRACE: Duration = Duration::from_millis(3000);
 
 /// The verdict on a stream.
@@ -73,10 +74,10 @@ impl LinkWatch {
             since = since.max(acked);
         }
         self.waiting_since = Some(since);
-        let limit = if s.unacked > 0 {
-            self.window
-        } else {
+        let limit = if s.unacked == 0 && s.zero_window {
             self.window.max(PROBE_GRACE)
+        } else {
+            self.window
         };
         let waited = now.saturating_duration_since(since);
         if waited < limit {
@@ -104,12 +105,22 @@ mod tests {
 
     const W: Duration = Duration::from_millis(500);
 
+    /// A sample with the peer's window closed (window probes, when `probes > 0`).
     fn sample(unacked: u32, probes: u8, since_ack_ms: u64) -> TcpSample {
         TcpSample {
             established: true,
             unacked,
             probes,
             since_ack: Duration::from_millis(since_ack_ms),
+            zero_window: true,
+        }
+    }
+
+    /// A sample with the window open (probes are keep-alive probes).
+    fn open(unacked: u32, probes: u8, since_ack_ms: u64) -> TcpSample {
+        TcpSample {
+            zero_window: false,
+            ..sample(unacked, probes, since_ack_ms)
         }
     }
 
@@ -199,6 +210,26 @@ mod tests {
             unreachable!()
         };
         assert!(why.contains("probe(s) unanswered"), "{why}");
+    }
+
+    #[test]
+    fn unanswered_keepalive_probes_for_a_window_are_a_dead_link() {
+        // Measured: the link cut while idle (cut-idle-nout): the first keep-alive probe goes
+        // unanswered at ~1.8 s after the last traffic.
+        let t0 = Instant::now();
+        let mut w = LinkWatch::new(W);
+        assert_eq!(w.observe(open(0, 0, 1776), ms(t0, 1780)), Liveness::Alive);
+        assert_eq!(w.observe(open(0, 1, 2280), ms(t0, 2280)), Liveness::Alive);
+        assert_eq!(w.observe(open(0, 1, 2532), ms(t0, 2530)), Liveness::Alive);
+        let v = w.observe(open(0, 1, 2784), ms(t0, 2790));
+        assert!(dead(&v), "{v:?}");
+        // A live peer answers keep-alive within a round trip: no wait builds up.
+        let mut w = LinkWatch::new(W);
+        for k in 0..10u64 {
+            let at = 1000 * k;
+            assert_eq!(w.observe(open(0, 1, 1000), ms(t0, at)), Liveness::Alive);
+            assert_eq!(w.observe(open(0, 0, 2), ms(t0, at + 2)), Liveness::Alive);
+        }
     }
 
     #[test]

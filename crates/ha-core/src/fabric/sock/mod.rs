@@ -38,9 +38,9 @@
 //!   `retry_timeout` (`HA_NCCL_SOCK_RETRY_MS`) without an ACK/READ_RESP/keep-alive frame while
 //!   a WR is outstanding only makes the ack reader consult the link ([`liveness`]): the link is
 //!   dead once TCP has waited a whole `retry_timeout` for the peer's kernel — segments
-//!   unacknowledged, or window/keep-alive probes unanswered (then for at least
-//!   [`liveness::PROBE_GRACE`], 3 s: a live peer's kernel rate-limits its answers to probes) —
-//!   with no acknowledgement arriving. `TCP_INFO` is sampled on
+//!   unacknowledged, or keep-alive probes unanswered, or window probes unanswered (then for at
+//!   least [`liveness::PROBE_GRACE`], 3 s: a live peer's kernel rate-limits its answers to
+//!   them) — with no acknowledgement arriving. `TCP_INFO` is sampled on
 //!   every idle tick (`ack_tick`), so the window counts from when TCP started waiting.
 //! - *Kernel keep-alive* is on for every stream (probe after 1 s of silence, every 1 s): a
 //!   stream whose bytes were all acknowledged but whose answer never came (the peer's process

@@ -122,6 +122,9 @@ pub struct TcpSample {
     pub probes: u8,
     /// Time since the last acknowledgement from the peer's kernel arrived.
     pub since_ack: Duration,
+    /// The peer's receive window is closed (or the kernel does not say): probes are window
+    /// probes, not keep-alive ones.
+    pub zero_window: bool,
 }
 
 /// `TCP_ESTABLISHED` of the kernel's `tcp_states.h` (libc does not export it).
@@ -143,11 +146,15 @@ pub fn tcp_sample(fd: RawFd) -> io::Result<TcpSample> {
             &mut len,
         )
     })?;
+    // `tcpi_snd_wnd` came late (Linux 6.2); a kernel that does not fill it reads as a closed
+    // window, the cautious reading.
+    let full = len as usize >= mem::offset_of!(libc::tcp_info, tcpi_snd_wnd) + 4;
     Ok(TcpSample {
         established: info.tcpi_state == TCP_ESTABLISHED,
         unacked: info.tcpi_unacked,
         probes: info.tcpi_probes,
         since_ack: Duration::from_millis(u64::from(info.tcpi_last_ack_recv)),
+        zero_window: !full || info.tcpi_snd_wnd == 0,
     })
 }
 

@@ -163,7 +163,7 @@ fn a_link_that_stops_acknowledging_fails_within_the_retry_window() {
 
 /// Everything of the WR reached the peer's kernel, then the link died while the peer's process
 /// had not answered yet (nothing unacknowledged at the TCP level): the kernel's keep-alive
-/// probes go unanswered and the link is judged dead after the probe grace (3 s).
+/// probes (after 1 s of silence) go unanswered and the link is judged dead a window later.
 #[test]
 fn a_link_that_dies_after_the_data_was_acknowledged_fails_through_keepalive() {
     let _l = TEST_LOCK.read();
@@ -198,7 +198,7 @@ fn a_link_that_dies_after_the_data_was_acknowledged_fails_through_keepalive() {
         let c = a.wait(1);
         let dt = t0.elapsed();
         assert_eq!(statuses(&c), vec![(3, WcStatus::RetryExcErr)]);
-        assert!(dt <= Duration::from_secs(10), "took {dt:?}");
+        assert!(dt <= Duration::from_secs(5), "took {dt:?}");
         drop(l);
     });
     if r.is_none() {
