@@ -357,9 +357,12 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
                     topo.link(plan.cut, if stage == 0 { far } else { !far }, false)?;
                     stage += 1;
                 }
-                // A standby lost again (a loaded machine can starve a probe): wait for the next
-                // re-arm before taking the rail in use away.
-                4 if line.contains("standby path") && line.contains("lost") => {
+                // Redundancy went away before a cut (a standby lost, or a failover that fenced
+                // a path): wait for the next re-arm before taking the rail in use away.
+                0 | 4
+                    if line.contains("NET/HA : failover")
+                        || (line.contains("standby path") && line.contains("lost")) =>
+                {
                     stage = 3;
                 }
                 // Each side must get off the cut rail: a failover, or — when a soft timeout (a

@@ -9,7 +9,7 @@
 use super::liveness::{LinkWatch, Liveness};
 use super::mr::{MrEntry, MrPin};
 use super::net;
-use super::qp_state::QpShared;
+use super::qp_state::{QpShared, LINK_ALIVE, LINK_DEAD};
 use super::reader::{Abort, FrameReader, Watch};
 use super::wire::{flags, syndrome, Header, Hello, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
 use crate::fabric::counters::{self, Counted};
@@ -17,6 +17,7 @@ use crate::fabric::{SendOp, WcStatus};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -249,6 +250,11 @@ impl Watch for AckWatch<'_> {
         }
         // Sampled on every tick, so the judge knows how long TCP has been waiting.
         let live = self.link.check(self.fd, Instant::now());
+        let word = match live {
+            Liveness::Alive => LINK_ALIVE,
+            Liveness::Dead(_) => LINK_DEAD,
+        };
+        self.qp.link.store(word, Ordering::SeqCst);
         // Any byte from the responder (say, inside a large READ response segment) counts
         // as a sign of life, like the frames that set `last_progress`.
         let retry = self.qp.pd.tun.retry_timeout;
@@ -342,6 +348,8 @@ fn ack_loop(qp: &QpShared, rd: &mut FrameReader, link: &mut LinkWatch, fd: RawFd
             Ok(b) => b,
             Err(a) => return End::Abort(a),
         };
+        // A frame from the peer: the link answers.
+        qp.link.store(LINK_ALIVE, Ordering::SeqCst);
         let h = match Header::decode(&hb, MAX_SEGMENT_BYTES) {
             Ok(h) if !h.op.is_request() => h,
             Ok(h) => return End::Garbage(format!("request {:?} on a reply stream", h.op)),

@@ -25,6 +25,7 @@ impl Link {
         if i != self.active && failing_to != Some(i) {
             if self.rearmed.contains(&i) {
                 self.rearmed.retain(|&d| d != i);
+                self.stats.rearm_failed += 1;
                 tracing::debug!(
                     "NET/HA : {}: re-arm of path {i} did not verify ({cause}); retrying after the hold-down",
                     self.name

@@ -4,7 +4,9 @@
 //!
 //! Soft signals (a stalled work request, a port event, a probe left without completion, a
 //! failover the peer does not finish) may move traffic to a verified standby; they never end a
-//! connection. With nothing to move to, the connection waits as plain RC would: only a hard
+//! connection. A stall on a link the fabric says still answers below the peer's threads
+//! (`QueuePair::link_alive`: `sock`'s TCP acknowledgements) is the peer being slow or stopped:
+//! it is waited out without touching the standby. With nothing to move to, the connection waits as plain RC would: only a hard
 //! error (an error completion, the peer's explicit failure) ends it. A tick that comes late —
 //! this process (or NCCL's caller) did not run for a while — restarts the soft timers instead
 //! of counting the time it was away as a miss ([`SoftClock`]).
@@ -109,6 +111,11 @@ impl Link {
         }
         if !self.backlog && self.stalled(a, now) {
             let cause = format!("no completion for {:?} (HA_NCCL_RTO_MS)", self.cfg.rto);
+            if self.path(a).qp.link_alive() == Some(true) {
+                // The link answers below the peer's threads: the peer is slow or stopped, and a
+                // standby to the same peer would not cure that (it would only cost redundancy).
+                return self.wait_noted(a, format!("{cause}, the link answers"));
+            }
             return self.soft_failover(a, cause, true);
         }
         self.stall_noted = false;
@@ -139,10 +146,15 @@ impl Link {
         if self.move_target(i, verified).is_some() {
             return self.path_error(i, WcStatus::RetryExcErr, cause);
         }
+        self.wait_noted(i, format!("{cause}; no verified standby to move to"))
+    }
+
+    /// Keep waiting on path `i`, saying why once per episode.
+    fn wait_noted(&mut self, i: usize, why: String) -> Event {
         if !self.stall_noted {
             self.stall_noted = true;
             tracing::info!(
-                "NET/HA : {}: path {i}: {cause}; no verified standby to move to: waiting (only an error completion ends the connection)",
+                "NET/HA : {}: path {i}: {why}: waiting (only an error completion ends the connection)",
                 self.name
             );
         }

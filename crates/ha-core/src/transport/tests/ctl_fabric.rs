@@ -12,7 +12,7 @@ use crate::fabric::{
 };
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// What one wrapped queue pair is.
@@ -44,9 +44,17 @@ pub struct Ctl {
     cqs: Mutex<Vec<(Weak<CtlCq>, CqLoad)>>,
     /// Posts on a queue pair whose peer had not reached RTR yet.
     pub posts_to_unconnected: AtomicU64,
+    /// Queue pairs say nothing of their link (`link_alive` is `None`, as on verbs).
+    hide_link: AtomicBool,
 }
 
 impl Ctl {
+    /// From now on queue pairs cannot tell whether their link answers (as on verbs), so a
+    /// stall is judged by the soft timeout alone.
+    pub fn hide_link_state(&self) {
+        self.hide_link.store(true, Ordering::Relaxed);
+    }
+
     /// Device `dev`'s port goes down (or up again).
     pub fn set_port(&self, dev: usize, up: bool) {
         let mut d = self.port_down.lock();
@@ -344,5 +352,11 @@ impl QueuePair for CtlQp {
     }
     fn post_recv(&self, wr_id: u64) -> Result<()> {
         self.inner.post_recv(wr_id)
+    }
+    fn link_alive(&self) -> Option<bool> {
+        if self.ctl.hide_link.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.inner.link_alive()
     }
 }

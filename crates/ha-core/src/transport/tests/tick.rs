@@ -34,6 +34,8 @@ fn outstanding_on_primary(p: &mut Pair, flow: &mut Flow) {
 fn a_port_event_and_a_stall_in_one_late_tick_fail_over_instead_of_ending_the_connection() {
     let _l = TEST_LOCK.read();
     let mut p = Pair::new(cfg());
+    // As on verbs: the stall is judged by the soft timeout alone.
+    p.ctl.hide_link_state();
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 200, Duration::from_secs(30)).unwrap();
     p.ctl.hold(p.qpn(true, 0));
@@ -65,6 +67,7 @@ fn a_port_event_and_a_stall_in_one_late_tick_fail_over_instead_of_ending_the_con
 fn a_stall_without_a_verified_standby_waits_and_a_port_event_then_fails_over() {
     let _l = TEST_LOCK.read();
     let mut p = Pair::new(cfg());
+    p.ctl.hide_link_state();
     // The sender's standby never shows a completion: it stays unverified.
     p.ctl.hold(p.qpn(true, 1));
     let mut flow = Flow::new(&p, 8, 64 << 10);
@@ -91,6 +94,31 @@ fn a_stall_without_a_verified_standby_waits_and_a_port_event_then_fails_over() {
     p.ctl.release(p.qpn(true, 1));
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     assert_eq!((p.send.link.active, p.send.stats().failovers), (1, 1));
+}
+
+/// A stall on a link that still answers below the peer's threads (the peer stopped or slow)
+/// is waited out without touching the standby: a standby to the same peer would not cure it,
+/// and fencing the healthy primary would leave the connection without redundancy (a real cut
+/// then, before the re-arm, lost it — seen in the loaded drills).
+#[test]
+fn a_stall_on_a_link_that_answers_keeps_the_standby() {
+    let _l = TEST_LOCK.read();
+    let mut p = Pair::new(cfg());
+    let mut flow = Flow::new(&p, 8, 64 << 10);
+    flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    p.ctl.hold(p.qpn(true, 0));
+    outstanding_on_primary(&mut p, &mut flow);
+    tick_for(&mut p, &mut flow, cfg().rto * 4, |p| {
+        match &p.send.link.phase {
+            Phase::Normal => Ok(()),
+            other => Err(format!("a stall on a live link moved traffic: {other:?}")),
+        }
+    });
+    assert_eq!(p.send.link.path(0).qp.link_alive(), Some(true));
+    p.ctl.release(p.qpn(true, 0));
+    flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    assert_eq!(p.send.stats().failovers, 0);
+    assert!(p.send.link.usable(1));
 }
 
 /// One path: a stall of any length is waited out (plain RC would wait for the hardware's
@@ -151,6 +179,7 @@ fn a_failover_the_peer_finishes_after_the_deadline_still_completes() {
 fn a_late_tick_restarts_the_soft_timers() {
     let _l = TEST_LOCK.read();
     let mut p = Pair::new(cfg());
+    p.ctl.hide_link_state();
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     p.ctl.hold(p.qpn(true, 0));
