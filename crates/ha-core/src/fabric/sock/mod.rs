@@ -51,6 +51,10 @@
 //!   closed or failing (including the kernel's own keep-alive verdict, `ETIMEDOUT`) with WRs
 //!   outstanding; a stream that breaks while idle fails the next posted WR that way.
 //!
+//! The judge's last verdict is what `QueuePair::link_alive` reports (alive on any frame from
+//! the peer; otherwise the verdict of the last idle tick): the connection layer waits out a
+//! stall on a link that answers instead of fencing a healthy primary over a stopped peer.
+//!
 //! A late timer is no miss: the judge reads what TCP did meanwhile, so an ack reader that
 //! itself did not run for a while (this process stopped) finds the peer's ACKs and carries on.
 //! The responder never fails a queue pair: a request stalled in the middle is waited for
