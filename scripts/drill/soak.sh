@@ -30,12 +30,13 @@
 #   --keep DIR       keep logs, events, JSON and the RSS samples in DIR (default: temporary,
 #                    kept when the soak failed)
 #   --harness PATH / --plugin PATH   (default dist/..., else target/release/...)
-# Environment: HA_RAILS_PREFIX (namespaces <prefix>a/<prefix>b, default soak-).
+# Environment: HA_RAILS_PREFIX (namespaces <prefix>a/<prefix>b, default soak<pid>-: unique to
+# this run).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 RAILS="$ROOT/scripts/netns/rails.sh"
-export HA_RAILS_PREFIX=${HA_RAILS_PREFIX:-soak-}
+export HA_RAILS_PREFIX=${HA_RAILS_PREFIX:-soak$$-}
 NS_A="${HA_RAILS_PREFIX}a"
 NS_B="${HA_RAILS_PREFIX}b"
 

@@ -32,7 +32,8 @@
 #   --plugin PATH      plugin (default dist/libnccl-net-ha.so, else target/release/...)
 #   --keep DIR         keep every drill's log, events and JSON in DIR (default: temporary;
 #                      kept only when a drill failed)
-# Environment: HA_RAILS_PREFIX (namespaces <prefix>a/<prefix>b, default ha-).
+# Environment: HA_RAILS_PREFIX (namespaces <prefix>a/<prefix>b, default drill<pid>-: unique to
+# this run, so concurrent drills on one host never touch each other's namespaces).
 # Everything is bounded: each stream ends by itself (duration, harness timeout and watchdog)
 # and is killed after duration + timeout + 30 s at the latest; the namespaces are removed on
 # exit. Timestamps of cuts and completions are CLOCK_MONOTONIC (`ha-harness now`).
@@ -40,7 +41,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 RAILS="$ROOT/scripts/netns/rails.sh"
-PREFIX=${HA_RAILS_PREFIX:-ha-}
+PREFIX=${HA_RAILS_PREFIX:-drill$$-}
+export HA_RAILS_PREFIX=$PREFIX
 NS_A="${PREFIX}a"
 NS_B="${PREFIX}b"
 

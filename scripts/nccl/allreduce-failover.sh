@@ -26,6 +26,9 @@
 # logs and stats, or collect them from each host.) Default: the two namespaces of
 # scripts/netns/rails.sh, launched by scripts/nccl/mpi-netns.sh, on the `sock` fabric.
 set -uo pipefail
+# These GPU-machine scripts name the namespaces ha-a/ha-b (one run per machine at a time):
+# rails.sh needs the prefix said explicitly.
+export HA_RAILS_PREFIX=${HA_RAILS_PREFIX:-ha-}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 mode=${1:?usage: allreduce-failover.sh single|double BUILD_DIR OUT_DIR}
 bin=${2:?build dir}

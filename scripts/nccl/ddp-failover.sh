@@ -10,6 +10,9 @@
 # Prints rank 0's final line (loss + weights checksum), the failover WARN lines and stats.
 # Needs dist/libnccl-net-ha.so, 2 GPUs, root, iproute2 (`ip` on PATH).
 set -euo pipefail
+# These GPU-machine scripts name the namespaces ha-a/ha-b (one run per machine at a time):
+# rails.sh needs the prefix said explicitly.
+export HA_RAILS_PREFIX=${HA_RAILS_PREFIX:-ha-}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:?usage: ddp-failover.sh OUT_DIR}; mkdir -p "$out"
 pair="$here/scripts/netns/rails.sh"

@@ -16,6 +16,9 @@
 # Needs root, iproute2 (`ip`), `unshare`, OpenMPI's mpirun; brings the namespaces up if needed
 # (left up: `scripts/netns/rails.sh down` removes them).
 set -euo pipefail
+# These GPU-machine scripts name the namespaces ha-a/ha-b (one run per machine at a time):
+# rails.sh needs the prefix said explicitly.
+export HA_RAILS_PREFIX=${HA_RAILS_PREFIX:-ha-}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 self="$here/scripts/nccl/mpi-netns.sh"
 rails="$here/scripts/netns/rails.sh"

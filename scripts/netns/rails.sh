@@ -3,23 +3,34 @@
 # drills of the `sock` fabric. Needs root and iproute2; touches nothing outside the two
 # namespaces (every veth is created directly inside them).
 #
-#   namespace ha-a                       namespace ha-b
+#   namespace <prefix>a                  namespace <prefix>b
 #   r0a 10.88.0.1/24  <-- rail 0 -->  r0b 10.88.0.2/24
 #   r1a 10.88.1.1/24  <-- rail 1 -->  r1b 10.88.1.2/24
 #   oa  10.88.9.1/24  <-- OOB    -->  ob  10.88.9.2/24   (drills never cut it)
 #
-# usage: rails.sh up                 create (after removing any leftovers), print the env
+# usage: rails.sh up                 create (after removing leftovers of the same prefix), print
+#                                    the env
 #        rails.sh down               remove everything (idempotent; also ends processes still
 #                                    running inside the namespaces, e.g. after a crashed drill)
-#        rails.sh cut RAIL near|far  link down: near = ha-a's end, far = ha-b's end
+#        rails.sh cut RAIL near|far  link down: near = <prefix>a's end, far = <prefix>b's end
 #        rails.sh restore RAIL       both ends of RAIL up again
 #        rails.sh status             links and addresses
 #        rails.sh env a|b            the environment of a plugin side, as K=V words
-# RAIL is 0, 1, rail0 or rail1. HA_RAILS_PREFIX (default "ha-") names the namespaces
-# <prefix>a and <prefix>b, so that a test can use its own pair.
+#        rails.sh list               rail namespace pairs on this host
+# RAIL is 0, 1, rail0 or rail1. HA_RAILS_PREFIX names the namespaces <prefix>a and <prefix>b.
+# Names are unique per run, so two runs on one host never tear down each other's pair: `up`
+# without HA_RAILS_PREFIX makes a fresh prefix (ha<pid>-) and prints the `export` to use for
+# the other commands, which refuse to guess one.
 set -euo pipefail
 
-PREFIX=${HA_RAILS_PREFIX:-ha-}
+PREFIX=${HA_RAILS_PREFIX:-}
+if [ -z "$PREFIX" ]; then
+  case "${1:-}" in
+    up) PREFIX="ha$$-" ;;
+    env|list|-h|--help|help|"") PREFIX="ha-" ;;
+    *) echo "rails: HA_RAILS_PREFIX is not set (\`rails.sh up\` printed it; \`rails.sh list\` shows the pairs)" >&2; exit 2 ;;
+  esac
+fi
 NS_A="${PREFIX}a"
 NS_B="${PREFIX}b"
 # name-a name-b subnet (first three octets)
@@ -27,7 +38,7 @@ LINKS=("r0a r0b 10.88.0" "r1a r1b 10.88.1" "oa ob 10.88.9")
 
 die() { echo "rails: $*" >&2; exit 1; }
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 
 need() {
   [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces)"
@@ -94,6 +105,7 @@ up() {
   done
   wait_carrier
   echo "rails up: $NS_A <-> $NS_B (rail0 r0a/r0b 10.88.0.0/24, rail1 r1a/r1b 10.88.1.0/24, OOB oa/ob 10.88.9.0/24)"
+  echo "export HA_RAILS_PREFIX=$PREFIX   # for rails.sh cut/restore/down/status"
   echo "side A: ip netns exec $NS_A env $(env_of a) <command>"
   echo "side B: ip netns exec $NS_B env $(env_of b) <command>"
 }
@@ -146,6 +158,17 @@ status() {
   done
 }
 
+# Namespace pairs that look like ours (<p>a with a <p>b beside it and an r0a link inside).
+list() {
+  local ns p
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep 'a$' || true); do
+    p=${ns%a}
+    ns_exists "${p}b" || continue
+    ip -n "$ns" link show r0a >/dev/null 2>&1 || continue
+    echo "$p   ($(ip netns pids "$ns" 2>/dev/null | wc -l) processes in ${p}a)"
+  done
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -155,6 +178,7 @@ case "$cmd" in
   restore) need; restore "$@" ;;
   status) need; status ;;
   env) env_of "${1:-}" ;;
+  list) need; list ;;
   -h|--help|help) usage 0 ;;
   *) usage 2 ;;
 esac

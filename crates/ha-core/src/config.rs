@@ -93,8 +93,8 @@ pub const SOCK_RETRY_MS: Param = Param {
     name: "HA_NCCL_SOCK_RETRY_MS",
     kind: Kind::Millis,
     default: "500",
-    doc: "`sock` fabric: a rail with unacknowledged data and no ACK progress for this long fails its queue pairs with `RETRY_EXC_ERR`, triggering failover.",
-    range: Some((1, u64::MAX)),
+    doc: "`sock` fabric: retry window. A queue pair whose work gets no answer for this long AND whose TCP stream has waited this long for any acknowledgement from the peer's kernel fails with `RETRY_EXC_ERR` (a stopped peer's kernel still acknowledges: it is waited for).",
+    range: Some((250, u64::MAX)),
 };
 
 pub const SOCK_SEGMENT: Param = Param {
@@ -173,8 +173,8 @@ pub const RTO_MS: Param = Param {
     name: "HA_NCCL_RTO_MS",
     kind: Kind::Millis,
     default: "1000",
-    doc: "Soft timeout: a work request on the active path with no completion for this long fails the path over. Keep it above the fabric's own retry window (`HA_NCCL_SOCK_RETRY_MS`, QP timeout x retries).",
-    range: Some((1, u64::MAX)),
+    doc: "Soft timeout: a work request on the active path with no completion for this long moves traffic to a verified standby (it never ends a connection). Keep it above the fabric's own retry window (`HA_NCCL_SOCK_RETRY_MS`, QP timeout x retries).",
+    range: Some((100, u64::MAX)),
 };
 
 pub const HEARTBEAT_MS: Param = Param {
@@ -240,6 +240,19 @@ pub const GDR: Param = Param {
     doc: "`verbs`: GPUDirect RDMA. `auto` = offer GPU memory (nvidia-peermem, dma-buf) on each device where detection finds it; `0` = host memory only (the CUDA driver is not loaded); `1` = required: init fails, naming each device and why, unless every device has it (with `sock` too, which has none).",
     range: None,
 };
+
+/// Why a lower bound is what it is, for the knobs whose floor is not obvious (said with the
+/// error, so a refused value explains itself).
+const FLOORS: &[(&str, &str)] = &[
+    (
+        "HA_NCCL_RTO_MS",
+        "a soft timeout this short fires on healthy links (a loaded host does not run a process for that long) and fails connections over for nothing",
+    ),
+    (
+        "HA_NCCL_SOCK_RETRY_MS",
+        "a window this short declares healthy links dead: TCP itself waits up to 200 ms to acknowledge (delayed ACK) and at least 200 ms to retransmit",
+    ),
+];
 
 /// Every knob, in documentation order.
 pub const PARAMS: &[Param] = &[
@@ -335,6 +348,12 @@ pub enum ConfigError {
         value: String,
         accepted: String,
     },
+    #[error("{name}={value:?} is too large: at most {max}")]
+    TooLarge {
+        name: &'static str,
+        value: String,
+        max: String,
+    },
     #[error("{name} is set but empty; expected {expected}")]
     Empty {
         name: &'static str,
@@ -349,6 +368,7 @@ impl ConfigError {
             ConfigError::NotOneOf { name, .. }
             | ConfigError::Malformed { name, .. }
             | ConfigError::OutOfRange { name, .. }
+            | ConfigError::TooLarge { name, .. }
             | ConfigError::Empty { name, .. } => name,
         }
     }
@@ -460,10 +480,31 @@ fn format_bytes(v: u64) -> String {
 }
 
 fn out_of_range(p: &Param, value: &str) -> ConfigError {
+    let mut accepted = describe_range(p.kind, p.range);
+    if let Some((_, why)) = FLOORS.iter().find(|(n, _)| *n == p.name) {
+        accepted = format!("{accepted}: {why}");
+    }
     ConfigError::OutOfRange {
         name: p.name,
         value: value.to_string(),
-        accepted: describe_range(p.kind, p.range),
+        accepted,
+    }
+}
+
+/// A number beyond what the knob's type can hold.
+fn too_large(p: &Param, value: &str) -> ConfigError {
+    let type_max = match p.kind {
+        Kind::U32 => u32::MAX as u64,
+        _ => u64::MAX,
+    };
+    let max = p.range.map_or(type_max, |(_, hi)| hi.min(type_max));
+    ConfigError::TooLarge {
+        name: p.name,
+        value: value.to_string(),
+        max: match p.kind {
+            Kind::Bytes => format_bytes(max),
+            _ => max.to_string(),
+        },
     }
 }
 
@@ -543,7 +584,7 @@ fn parse_number(p: &Param, value: &str) -> Result<u64, ConfigError> {
         .ok()
         .and_then(|n| n.checked_mul(mult))
         .filter(|&n| n <= type_max)
-        .ok_or_else(|| out_of_range(p, value))?;
+        .ok_or_else(|| too_large(p, value))?;
     match p.range {
         Some((lo, hi)) if n < lo || n > hi => Err(out_of_range(p, value)),
         _ => Ok(n),
@@ -732,10 +773,11 @@ mod tests {
             e.to_string(),
             r#"HA_NCCL_TEST_MAX_POLL="0" is out of range: accepted 1..=4294967295"#
         );
-        assert!(matches!(
-            err_for("HA_NCCL_TEST_MAX_POLL", "4294967296"),
-            ConfigError::OutOfRange { .. }
-        ));
+        let e = err_for("HA_NCCL_TEST_MAX_POLL", "4294967296");
+        assert_eq!(
+            e.to_string(),
+            r#"HA_NCCL_TEST_MAX_POLL="4294967296" is too large: at most 4294967295"#
+        );
         for bad in ["-1", "1.5", "ten", "0x10", "16K"] {
             let e = err_for("HA_NCCL_TEST_MAX_POLL", bad);
             assert!(matches!(e, ConfigError::Malformed { .. }), "{bad}: {e:?}");
@@ -767,7 +809,7 @@ mod tests {
         );
         assert!(matches!(
             err_for("HA_NCCL_PROGRESS_SPIN_US", "99999999999999999999"),
-            ConfigError::OutOfRange { .. }
+            ConfigError::TooLarge { .. }
         ));
         assert!(matches!(
             err_for("HA_NCCL_PROGRESS_SPIN_US", "5us"),
@@ -812,7 +854,7 @@ mod tests {
         assert!(matches!(seg("65537K"), Err(ConfigError::OutOfRange { .. })));
         assert!(matches!(
             seg("99999999999999999G"),
-            Err(ConfigError::OutOfRange { .. })
+            Err(ConfigError::TooLarge { .. })
         ));
         for bad in ["1T", "M", "1.5M", "-4K", "4 K B", "K4"] {
             let e = seg(bad).unwrap_err();
@@ -838,6 +880,43 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    /// Finding: `HA_NCCL_RTO_MS` of 1, 2, 5 or 20 (inside the documented `>= 1`) killed
+    /// healthy connections; a retry window of a few ms declares healthy links dead. Refused,
+    /// with the reason.
+    #[test]
+    fn timeouts_that_cannot_work_are_refused_with_the_reason() {
+        for v in ["1", "2", "5", "20", "99"] {
+            let e = err_for("HA_NCCL_RTO_MS", v);
+            assert!(matches!(e, ConfigError::OutOfRange { .. }), "{v}: {e:?}");
+            let s = e.to_string();
+            assert!(
+                s.starts_with(&format!(
+                    "HA_NCCL_RTO_MS=\"{v}\" is out of range: accepted >= 100: "
+                )),
+                "{s}"
+            );
+            assert!(s.contains("fires on healthy links"), "{s}");
+        }
+        assert_eq!(
+            with(&[("HA_NCCL_RTO_MS", "100")]).unwrap().rto,
+            Duration::from_millis(100)
+        );
+        let e = err_for("HA_NCCL_SOCK_RETRY_MS", "50");
+        assert!(e.to_string().contains("delayed ACK"), "{e}");
+        assert!(with(&[("HA_NCCL_SOCK_RETRY_MS", "250")]).is_ok());
+    }
+
+    /// Finding: a number too large for 64 bits said "out of range: accepted >= 1".
+    #[test]
+    fn a_number_too_large_for_its_type_says_so() {
+        let e = err_for("HA_NCCL_RTO_MS", "99999999999999999999");
+        assert_eq!(
+            e.to_string(),
+            r#"HA_NCCL_RTO_MS="99999999999999999999" is too large: at most 18446744073709551615"#
+        );
+        assert_eq!(e.name(), "HA_NCCL_RTO_MS");
     }
 
     #[test]
@@ -886,7 +965,7 @@ mod tests {
         let c = with(&[
             ("HA_NCCL_FABRIC", "sock"),
             ("HA_NCCL_SOCK_RAILS", "lo"),
-            ("HA_NCCL_SOCK_RETRY_MS", "7"),
+            ("HA_NCCL_SOCK_RETRY_MS", "700"),
             ("HA_NCCL_SOCK_SEGMENT", "8K"),
             ("HA_NCCL_TEST_MAX_POLL", "3"),
             ("HA_NCCL_PROGRESS_SPIN_US", "9"),
@@ -894,7 +973,7 @@ mod tests {
             ("HA_NCCL_KEEPALIVE_MS", "13"),
             ("HA_NCCL_ENABLE_BACKUP", "0"),
             ("HA_NCCL_STANDBY_MAP", "0:1"),
-            ("HA_NCCL_RTO_MS", "17"),
+            ("HA_NCCL_RTO_MS", "170"),
             ("HA_NCCL_HEARTBEAT_MS", "19"),
             ("HA_NCCL_FAILBACK", "no"),
             ("HA_NCCL_REARM_HOLD_MS", "23"),
@@ -932,7 +1011,7 @@ mod tests {
         } = c;
         assert_eq!(fabric, FabricKind::Sock);
         assert_eq!(sock_rails, vec!["lo"]);
-        assert_eq!(sock_retry, Duration::from_millis(7));
+        assert_eq!(sock_retry, Duration::from_millis(700));
         assert_eq!(sock_segment, 8192);
         assert_eq!(test_max_poll, 3);
         assert_eq!(progress_spin, Duration::from_micros(9));
@@ -940,7 +1019,7 @@ mod tests {
         assert_eq!(keepalive, Duration::from_millis(13));
         assert!(!enable_backup && !failback && mr_eager);
         assert_eq!(standby_map, "0:1");
-        assert_eq!(rto, Duration::from_millis(17));
+        assert_eq!(rto, Duration::from_millis(170));
         assert_eq!(heartbeat, Duration::from_millis(19));
         assert_eq!(rearm_hold, Duration::from_millis(23));
         assert_eq!(stats_file, "/tmp/s.json");

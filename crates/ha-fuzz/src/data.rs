@@ -5,8 +5,9 @@
 
 use super::input::Input;
 use ha_proto::data::layout::{
-    data_imm, encode_cts, encode_record, read_cts, CtsEntry, Record, SharedWords, CTS_SLOT_WORDS,
-    FIFO_DEPTH, MAX_RECVS, RECORD_WORDS, SEND_REGION_WORDS, SIZE_TRUNCATED,
+    cts_word, data_imm, encode_cts, encode_record, read_cts, CtsEntry, Record, SharedWords,
+    CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, RECORD_WORDS, SEND_REGION_WORDS,
+    SIZE_TRUNCATED,
 };
 use ha_proto::data::recv::RecvSide;
 use ha_proto::data::send::{SendArgs, SendSide};
@@ -46,7 +47,7 @@ pub fn recv_side(data: &[u8]) {
     let mut inp = Input::new(data);
     let mut m = RecvSide::new();
     let records = SharedWords::new(FIFO_DEPTH * RECORD_WORDS);
-    let fifo = SharedWords::new(FIFO_DEPTH * CTS_SLOT_WORDS);
+    let fifo = SharedWords::new(CTS_FIFO_WORDS);
     // Live requests: (id, seq, buffer capacities, recv wr_id).
     let mut live: Vec<(ReqId, u64, Vec<u64>, u64)> = Vec::new();
     for _ in 0..MAX_OPS {
@@ -67,10 +68,14 @@ pub fn recv_side(data: &[u8]) {
                 match m.post(&bufs) {
                     Ok(Some((id, post))) => {
                         assert_eq!(post.slot, (post.seq % FIFO_DEPTH as u64) as usize);
+                        assert_eq!(post.fifo_word, cts_word(m.epoch(), post.slot));
                         for (k, w) in post.cts.iter().enumerate() {
-                            fifo.store(post.slot * CTS_SLOT_WORDS + k, *w);
+                            fifo.store(post.fifo_word + k, *w);
                         }
-                        assert_eq!(read_cts(&fifo, post.slot, post.seq), Ok(Some(bufs.clone())));
+                        assert_eq!(
+                            read_cts(&fifo, m.epoch(), post.slot, post.seq),
+                            Ok(Some(bufs.clone()))
+                        );
                         live.push((
                             id,
                             post.seq,
@@ -183,13 +188,14 @@ pub fn send_side(data: &[u8]) {
                     })
                     .collect();
                 let slot = (seq % FIFO_DEPTH as u64) as usize;
-                for (k, w) in encode_cts(&entries, seq).iter().enumerate() {
-                    fifo.store(slot * CTS_SLOT_WORDS + k, *w);
+                let at = cts_word(m.epoch(), slot);
+                for (k, w) in encode_cts(&entries, seq, m.epoch()).iter().enumerate() {
+                    fifo.store(at + k, *w);
                 }
             }
             1 => {
                 // The peer writes arbitrary words anywhere in the FIFO.
-                let at = inp.u32() as usize % (FIFO_DEPTH * CTS_SLOT_WORDS);
+                let at = inp.u32() as usize % CTS_FIFO_WORDS;
                 fifo.store(at, inp.u64());
             }
             2 => {
@@ -251,6 +257,8 @@ pub fn send_side(data: &[u8]) {
                     d => m.posted_upto().saturating_sub(d as u64 % 4),
                 };
                 let refuse = inp.u8();
+                // The receiver re-posts what is open into the next epoch's bank first.
+                repost_all(&fifo, m.epoch());
                 let r = m.apply_switch(&fifo, delivered, |_, k, _, _| {
                     (refuse as usize != k + 1).then_some(11)
                 });
@@ -270,6 +278,21 @@ pub fn send_side(data: &[u8]) {
             _ => m.fail(ProtoError::CorruptRecord { what: "fuzz" }),
         }
         assert_eq!(m.live_requests(), live.len());
+    }
+}
+
+/// Copy every clear-to-send of epoch `epoch`'s bank into the next epoch's, re-tagged (what a
+/// receiver does with its open receives at a switch).
+fn repost_all(fifo: &SharedWords, epoch: u32) {
+    for slot in 0..FIFO_DEPTH {
+        let (from, to) = (cts_word(epoch, slot), cts_word(epoch.wrapping_add(1), slot));
+        for k in 0..CTS_SLOT_WORDS {
+            let mut w = fifo.load(from + k);
+            if k == CTS_SLOT_WORDS - 2 {
+                w = (w & 0xffff_ffff) | (u64::from(epoch.wrapping_add(1)) << 32);
+            }
+            fifo.store(to + k, w);
+        }
     }
 }
 

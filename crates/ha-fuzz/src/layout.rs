@@ -4,9 +4,10 @@
 
 use super::input::Input;
 use ha_proto::data::layout::{
-    ctrl_imm, ctrl_slot, data_imm, decode_wr_id, encode_cts, encode_record, read_cts, read_record,
-    wr_id, CtrlMsg, SharedWords, CTRL_WORDS, CTS_ENTRY_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH,
-    MAILBOX_SLOTS, MAX_RECVS, RECORD_WORDS, SEND_REGION_WORDS,
+    ctrl_imm, ctrl_slot, cts_word, data_imm, decode_wr_id, encode_cts, encode_record, read_cts,
+    read_record, wr_id, CtrlMsg, SharedWords, CTRL_WORDS, CTS_BANKS, CTS_ENTRY_WORDS,
+    CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAILBOX_SLOTS, MAX_RECVS, RECORD_WORDS,
+    SEND_REGION_WORDS,
 };
 
 /// `[shift][imm u32][wr_id u64][words...]`: the words are stored from word `shift * 8`
@@ -14,7 +15,7 @@ use ha_proto::data::layout::{
 /// read as CTS slots, as completion records and as mailbox messages.
 pub fn data_layout(data: &[u8]) {
     let mut inp = Input::new(data);
-    let shift = inp.u8() as usize * 8;
+    let shift = inp.u8() as usize * 16;
     let imm = inp.u32();
     let id = inp.u64();
     let region = SharedWords::new(SEND_REGION_WORDS);
@@ -24,28 +25,44 @@ pub fn data_layout(data: &[u8]) {
         i += 1;
     }
 
-    for slot in 0..FIFO_DEPTH {
-        let base = slot * CTS_SLOT_WORDS;
-        let seq = region.load(base + CTS_SLOT_WORDS - 1);
-        assert_eq!(
-            read_cts(&region, slot, seq.wrapping_add(1)),
-            Ok(None),
-            "a slot without the sequence number was read as posted"
-        );
-        match read_cts(&region, slot, seq) {
-            Ok(Some(entries)) => {
-                assert!((1..=MAX_RECVS).contains(&entries.len()));
-                let words = encode_cts(&entries, seq);
-                for (k, w) in words.iter().enumerate() {
-                    let entry_word = k < CTS_SLOT_WORDS - 2 && k % CTS_ENTRY_WORDS != 3;
-                    let used = k / CTS_ENTRY_WORDS < entries.len();
-                    if k >= CTS_SLOT_WORDS - 2 || (entry_word && used) {
-                        assert_eq!(*w, region.load(base + k), "CTS word {k} not lossless");
+    for bank in 0..CTS_BANKS {
+        for slot in 0..FIFO_DEPTH {
+            let base = cts_word(bank as u32, slot);
+            let seq = region.load(base + CTS_SLOT_WORDS - 1);
+            let stored = (region.load(base + CTS_SLOT_WORDS - 2) >> 32) as u32;
+            let epoch = if stored as usize % CTS_BANKS == bank {
+                stored
+            } else {
+                bank as u32
+            };
+            assert_eq!(
+                read_cts(&region, epoch, slot, seq.wrapping_add(1)),
+                Ok(None),
+                "a slot without the sequence number was read as posted"
+            );
+            if stored != epoch {
+                assert_eq!(
+                    read_cts(&region, epoch, slot, seq),
+                    Ok(None),
+                    "a slot of another epoch was read as posted"
+                );
+                continue;
+            }
+            match read_cts(&region, epoch, slot, seq) {
+                Ok(Some(entries)) => {
+                    assert!((1..=MAX_RECVS).contains(&entries.len()));
+                    let words = encode_cts(&entries, seq, epoch);
+                    for (k, w) in words.iter().enumerate() {
+                        let entry_word = k < CTS_SLOT_WORDS - 2 && k % CTS_ENTRY_WORDS != 3;
+                        let used = k / CTS_ENTRY_WORDS < entries.len();
+                        if k >= CTS_SLOT_WORDS - 2 || (entry_word && used) {
+                            assert_eq!(*w, region.load(base + k), "CTS word {k} not lossless");
+                        }
                     }
                 }
+                Ok(None) => unreachable!("the slot holds its own sequence number and epoch"),
+                Err(n) => assert!(n == 0 || n > MAX_RECVS as u64),
             }
-            Ok(None) => unreachable!("the slot holds its own sequence number"),
-            Err(n) => assert!(n == 0 || n > MAX_RECVS as u64),
         }
     }
 
@@ -61,7 +78,7 @@ pub fn data_layout(data: &[u8]) {
         }
     }
 
-    let mailbox = FIFO_DEPTH * CTS_SLOT_WORDS;
+    let mailbox = CTS_FIFO_WORDS;
     for slot in 0..MAILBOX_SLOTS {
         let b = mailbox + slot * CTRL_WORDS;
         match CtrlMsg::read(&region, mailbox, slot) {
@@ -113,11 +130,12 @@ pub(super) fn seeds() -> Vec<Vec<u8>> {
             tag: -1,
         }],
         1,
+        0,
     );
     for w in cts {
         v.extend_from_slice(&w.to_le_bytes());
     }
-    let mut ctrl = vec![(FIFO_DEPTH * CTS_SLOT_WORDS / 8) as u8];
+    let mut ctrl = vec![(CTS_FIFO_WORDS / 16) as u8];
     ctrl.extend_from_slice(&[0; 12]);
     let m = CtrlMsg {
         kind: ha_proto::data::layout::CtrlKind::Rearm,

@@ -24,9 +24,24 @@ fn switch_with_unregistrable_send_fails_the_connection() {
             tag: 0,
         }],
         1,
+        0,
     );
     for (k, w) in cts.iter().enumerate() {
-        fifo.store(ha_proto::data::layout::CTS_SLOT_WORDS + k, *w);
+        fifo.store(ha_proto::data::layout::cts_word(0, 1) + k, *w);
+    }
+    // The receiver's re-post of the open receive for the switch (epoch 1).
+    let reposted = encode_cts(
+        &[CtsEntry {
+            addr: 0x1000,
+            size: 64,
+            rkey: 6,
+            tag: 0,
+        }],
+        1,
+        1,
+    );
+    for (k, w) in reposted.iter().enumerate() {
+        fifo.store(ha_proto::data::layout::cts_word(1, 1) + k, *w);
     }
     let mut m = SendSide::new();
     let a = SendArgs {

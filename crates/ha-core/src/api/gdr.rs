@@ -169,6 +169,7 @@ mod tests {
             link_layer: LinkLayer::InfiniBand,
             limits: Default::default(),
             ptr_support: support,
+            max_msg_bytes: 1 << 30,
         }
     }
 

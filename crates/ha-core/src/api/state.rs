@@ -7,9 +7,10 @@ use crate::config::{Config, FabricKind};
 use crate::engine::Engine;
 use crate::fabric::sock::{SockConfig, SockFabric, SockRail};
 use crate::fabric::verbs::gdr::GdrMode;
+use crate::fabric::DeviceInfo;
 use crate::fabric::{netif, Fabric};
 use crate::transport::connect::PendingConnect;
-use crate::transport::ha::{parse_standby_map, HaCfg};
+use crate::transport::ha::{parse_standby_map, standby_for, HaCfg};
 use crate::transport::listen::ListenComm;
 use crate::transport::mr::MrHandle;
 use crate::transport::recv::RecvComm;
@@ -116,12 +117,7 @@ fn build() -> ApiResult<Plugin> {
             } else {
                 cfg.sock_rails.clone()
             };
-            let mut rails = Vec::new();
-            for s in &specs {
-                let (name, ip) = netif::resolve_rail(s, &ifs)
-                    .map_err(|e| ApiError::arg(format!("HA_NCCL_SOCK_RAILS: rail {s:?}: {e}")))?;
-                rails.push(SockRail { name, ip });
-            }
+            let rails = sock_rails(&specs, &ifs).map_err(ApiError::arg)?;
             Arc::new(
                 SockFabric::new(SockConfig {
                     rails,
@@ -169,13 +165,9 @@ fn build() -> ApiResult<Plugin> {
         oob.name,
         oob.addr
     );
-    parse_standby_map(&cfg.standby_map, fabric.devices().len()).map_err(ApiError::arg)?;
-    if cfg.fabric == FabricKind::Sock && cfg.rto <= cfg.sock_retry {
-        tracing::warn!(
-            "NET/HA : HA_NCCL_RTO_MS ({:?}) is not above HA_NCCL_SOCK_RETRY_MS ({:?}): the soft timeout may fail paths over before the fabric's own retries give up",
-            cfg.rto,
-            cfg.sock_retry
-        );
+    let map = parse_standby_map(&cfg.standby_map, fabric.devices().len()).map_err(ApiError::arg)?;
+    for w in init_warnings(&cfg, fabric.kind(), fabric.devices(), &map) {
+        tracing::warn!("NET/HA : {w}");
     }
     let ha = HaCfg {
         max_poll: cfg.test_max_poll as usize,
@@ -204,4 +196,142 @@ fn build() -> ApiResult<Plugin> {
         owners: Mutex::new(HashMap::new()),
         optional_recvs: AtomicU64::new(0),
     })
+}
+
+/// Resolve `HA_NCCL_SOCK_RAILS` (or the OOB interface) into rails, refusing what cannot give
+/// a working standby: a name or address that is not this host's (checked by binding it, as the
+/// fabric will), the same address twice. Rails sharing an interface are warned about. Every
+/// message names the variable.
+fn sock_rails(specs: &[String], ifs: &[netif::Interface]) -> Result<Vec<SockRail>, String> {
+    let mut rails = Vec::new();
+    for s in specs {
+        let (name, ip) = netif::resolve_rail(s, ifs)
+            .map_err(|e| format!("HA_NCCL_SOCK_RAILS: rail {s:?}: {e}"))?;
+        crate::fabric::sock::check_rail_address(ip).map_err(|e| {
+            format!("HA_NCCL_SOCK_RAILS: rail {s:?}: {ip} is not an address of this host ({e})")
+        })?;
+        rails.push(SockRail { name, ip });
+    }
+    let resolved: Vec<(String, std::net::IpAddr)> = specs
+        .iter()
+        .cloned()
+        .zip(rails.iter().map(|r| r.ip))
+        .collect();
+    for w in netif::check_rails(&resolved, ifs)? {
+        tracing::warn!("NET/HA : {w}");
+    }
+    Ok(rails)
+}
+
+/// What init says once, loudly, about a configuration that runs without the protection the
+/// user asked for (or with timers that fight each other).
+fn init_warnings(
+    cfg: &Config,
+    fabric: &str,
+    devs: &[DeviceInfo],
+    map: &[(usize, usize)],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if cfg.enable_backup && devs.len() == 1 {
+        out.push(format!(
+            "HA_NCCL_ENABLE_BACKUP=1 but fabric {fabric} has one device ({}): every connection runs without a standby path and a link failure ends it; give it a second rail (HA_NCCL_SOCK_RAILS) or NIC",
+            devs[0].name
+        ));
+    }
+    if fabric == "verbs" && cfg.enable_backup {
+        for (d, info) in devs.iter().enumerate() {
+            let Some(s) = standby_for(d, devs, map) else {
+                continue;
+            };
+            if info.pci_path.is_some() && info.pci_path == devs[s].pci_path {
+                out.push(format!(
+                    "device {} and its standby {} are ports of one NIC ({}): a NIC failure takes both down (choose another standby with HA_NCCL_STANDBY_MAP)",
+                    info.name,
+                    devs[s].name,
+                    info.pci_path.as_deref().unwrap_or("")
+                ));
+            }
+        }
+    }
+    if fabric == "sock" && cfg.rto <= cfg.sock_retry {
+        out.push(format!(
+            "HA_NCCL_RTO_MS ({:?}) is not above HA_NCCL_SOCK_RETRY_MS ({:?}): the soft timeout may move traffic to the standby before the fabric's own retries give up",
+            cfg.rto, cfg.sock_retry
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::LinkLayer;
+
+    fn dev(name: &str, pci: Option<&str>) -> DeviceInfo {
+        DeviceInfo {
+            name: name.into(),
+            pci_path: pci.map(String::from),
+            guid: 1,
+            speed_mbps: 100_000,
+            port: 1,
+            link_layer: LinkLayer::InfiniBand,
+            limits: Default::default(),
+            ptr_support: 1,
+            max_msg_bytes: 1 << 30,
+        }
+    }
+
+    /// Finding: a rail given as an address this host does not have passed init and failed
+    /// later at connect (`listen on 192.0.2.1: Cannot assign requested address`), not naming
+    /// the variable. Now init refuses it like a bad interface name.
+    #[test]
+    fn a_rail_address_not_on_this_host_is_refused_at_init() {
+        let ifs = netif::interfaces().unwrap();
+        let e = sock_rails(&["192.0.2.1".to_string()], &ifs).unwrap_err();
+        assert!(
+            e.starts_with("HA_NCCL_SOCK_RAILS: rail \"192.0.2.1\""),
+            "{e}"
+        );
+        assert!(e.contains("not an address of this host"), "{e}");
+        let e = sock_rails(&["nosuchif0".to_string()], &ifs).unwrap_err();
+        assert!(
+            e.starts_with("HA_NCCL_SOCK_RAILS: rail \"nosuchif0\""),
+            "{e}"
+        );
+        // Loopback aliases are this host's.
+        let r = sock_rails(&["127.0.0.1".to_string(), "127.0.0.2".to_string()], &ifs).unwrap();
+        assert_eq!(r.len(), 2);
+        let e = sock_rails(&["lo".to_string(), "lo".to_string()], &ifs).unwrap_err();
+        assert!(e.contains("same address"), "{e}");
+    }
+
+    /// Finding: with one rail and the standby enabled (the default), "one path (no standby)"
+    /// showed only at INFO, per connection. Now init warns once.
+    #[test]
+    fn running_without_a_standby_is_warned_once_at_init() {
+        let cfg = Config::default();
+        let w = init_warnings(&cfg, "sock", &[dev("sock:eth0", None)], &[]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].starts_with("HA_NCCL_ENABLE_BACKUP=1 but fabric sock has one device"));
+        let off = Config {
+            enable_backup: false,
+            ..Config::default()
+        };
+        assert!(init_warnings(&off, "sock", &[dev("sock:eth0", None)], &[]).is_empty());
+        let two = [dev("sock:a", None), dev("sock:b", None)];
+        assert!(init_warnings(&cfg, "sock", &two, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_verbs_standby_on_the_primarys_nic_is_warned() {
+        let cfg = Config::default();
+        let nic = Some("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0");
+        let devs = [dev("mlx5_0:1", nic), dev("mlx5_0:2", nic)];
+        let w = init_warnings(&cfg, "verbs", &devs, &[]);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("ports of one NIC") && w[0].contains("HA_NCCL_STANDBY_MAP"));
+        let other = Some("/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0");
+        let devs = [dev("mlx5_0:1", nic), dev("mlx5_1:1", other)];
+        assert!(init_warnings(&cfg, "verbs", &devs, &[]).is_empty());
+    }
 }

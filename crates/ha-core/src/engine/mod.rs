@@ -1,6 +1,11 @@
 //! Engine: the background progress thread, per-connection completion inboxes, and the
-//! per-device resources (PD, shared CQ, MR cache) that connections lease. Threads and device
+//! per-device resources (PD, shared CQs, MR cache) that connections lease. Threads and device
 //! resources exist only while some connection (or registration) holds a lease.
+//!
+//! A device's completion queues are sized from what is posted on them: each queue pair
+//! reserves the completions it can owe at once (`transport::path::CQES_PER_QP`: a flush
+//! completes every posted work request), and a device opens another queue when none of its
+//! queues has room left, so a mass flush never overflows one.
 
 pub mod inbox;
 pub mod mr_cache;
@@ -16,31 +21,105 @@ use router::Router;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// Completion-queue depth per device.
-const CQ_DEPTH: u32 = 4096;
+/// Depth of each completion queue (entries); a device gets as many as its queue pairs need.
+pub const CQ_DEPTH: u32 = 8192;
 
-/// Entries of the completion queue the engine shares among all queue pairs of a device whose
-/// completion queues hold at most `max_cqe` (`None`: unbounded): today one queue of
-/// [`CQ_DEPTH`], which the fabric clamps to the device's limit. The connection budget
-/// (`transport::budget`) divides this by what one connection may put on it; a resizing
-/// engine returns what it can grow to (`max_cqe`).
-pub fn cq_capacity(max_cqe: Option<u32>) -> Option<u32> {
-    max_cqe.map(|m| CQ_DEPTH.clamp(1, m.max(1)))
+/// One completion queue of a device and the completions reserved on it.
+struct CqSlot {
+    cq: Arc<dyn CompletionQueue>,
+    id: u64,
+    reserved: u32,
+}
+
+/// Entries of each completion queue the engine opens on a device whose queues hold at most
+/// `max_cqe` entries (`None`: no limit known): [`CQ_DEPTH`], or the device's limit when that is
+/// smaller. Queue pairs reserve what they can owe on one of them ([`DeviceRes::reserve_cq`]);
+/// the connection budget (`transport::budget`) reads how many fit in one queue from this.
+pub fn cq_capacity(max_cqe: Option<u32>) -> u32 {
+    match max_cqe {
+        Some(m) => CQ_DEPTH.min(m.max(1)),
+        None => CQ_DEPTH,
+    }
 }
 
 /// Resources of one device shared by every connection on it.
 pub struct DeviceRes {
     pub dev: usize,
     pub pd: Arc<dyn ProtectionDomain>,
-    pub cq: Arc<dyn CompletionQueue>,
     pub mrs: MrCache,
-    cq_id: u64,
+    /// Entries of each completion queue of this device ([`cq_capacity`]).
+    cq_size: u32,
+    cqs: Mutex<Vec<CqSlot>>,
     router: Arc<Router>,
 }
 
 impl Drop for DeviceRes {
     fn drop(&mut self) {
-        self.router.remove_cq(self.cq_id);
+        for s in self.cqs.get_mut().iter() {
+            self.router.remove_cq(s.id);
+        }
+    }
+}
+
+/// Room for some completions on one of a device's completion queues, held by a queue pair
+/// for its lifetime (released on drop).
+pub struct CqShare {
+    pub cq: Arc<dyn CompletionQueue>,
+    pub id: u64,
+    cqes: u32,
+    dev: Arc<DeviceRes>,
+}
+
+impl Drop for CqShare {
+    fn drop(&mut self) {
+        if let Some(s) = self.dev.cqs.lock().iter_mut().find(|s| s.id == self.id) {
+            s.reserved -= self.cqes;
+        }
+    }
+}
+
+impl DeviceRes {
+    fn new_cq(&self) -> Result<CqSlot, FabricError> {
+        let cq = self
+            .pd
+            .create_cq(self.cq_size, self.router.doorbell.clone())?;
+        let id = self.router.add_cq(cq.clone());
+        Ok(CqSlot {
+            cq,
+            id,
+            reserved: 0,
+        })
+    }
+
+    /// Reserve room for `cqes` completions (what one queue pair can owe at once) on a
+    /// completion queue of this device with room left, opening a new queue if none has.
+    pub fn reserve_cq(self: &Arc<Self>, cqes: u32) -> Result<CqShare, FabricError> {
+        let size = self.cq_size;
+        if cqes > size {
+            return Err(FabricError::InvalidArgument(format!(
+                "a queue pair owing {cqes} completions does not fit this device's completion queues of {size} entries (max_cqe)"
+            )));
+        }
+        let mut cqs = self.cqs.lock();
+        let i = match cqs.iter().position(|s| s.reserved + cqes <= size) {
+            Some(i) => i,
+            None => {
+                cqs.push(self.new_cq()?);
+                cqs.len() - 1
+            }
+        };
+        cqs[i].reserved += cqes;
+        Ok(CqShare {
+            cq: cqs[i].cq.clone(),
+            id: cqs[i].id,
+            cqes,
+            dev: self.clone(),
+        })
+    }
+
+    /// Completion queues this device has open.
+    pub fn cq_count(&self) -> usize {
+        self.cqs.lock().len()
     }
 }
 
@@ -73,7 +152,7 @@ pub struct Route {
 
 impl Drop for Route {
     fn drop(&mut self) {
-        self.router.remove_route(self.cq_id, self.qpn);
+        self.router.remove_route(self.cq_id, self.qpn, &self.inbox);
     }
 }
 
@@ -107,21 +186,27 @@ impl Engine {
             Some(r) => r,
             None => {
                 let pd = self.fabric.open_pd(dev)?;
-                let cq = pd.create_cq(CQ_DEPTH, self.router.doorbell.clone())?;
-                let cq_id = self.router.add_cq(cq.clone());
                 let align = if self.fabric.kind() == "verbs" {
                     4096
                 } else {
                     1
                 };
+                let max_cqe = self
+                    .fabric
+                    .devices()
+                    .get(dev)
+                    .and_then(|d| d.limits.max_cqe);
                 let r = Arc::new(DeviceRes {
                     dev,
                     mrs: MrCache::new(pd.clone(), align),
                     pd,
-                    cq,
-                    cq_id,
+                    cq_size: cq_capacity(max_cqe),
+                    cqs: Mutex::new(Vec::new()),
                     router: self.router.clone(),
                 });
+                // The first queue at once (most devices never need a second).
+                let first = r.new_cq()?;
+                r.cqs.lock().push(first);
                 st.devices[dev] = Arc::downgrade(&r);
                 r
             }
@@ -147,14 +232,15 @@ impl Engine {
 }
 
 impl Lease {
-    /// Route completions of queue pair `qpn` (on this lease's device) to a new inbox.
-    pub fn route(&self, qpn: u32) -> Route {
+    /// Route completions of queue pair `qpn` (whose completions go to queue `cq_id` of this
+    /// lease's device) to a new inbox.
+    pub fn route(&self, cq_id: u64, qpn: u32) -> Route {
         let router = self.engine.router.clone();
         let inbox = Arc::new(Inbox::polled_by(&router));
-        router.add_route(self.dev.cq_id, qpn, inbox.clone());
+        router.add_route(cq_id, qpn, inbox.clone());
         Route {
             router,
-            cq_id: self.dev.cq_id,
+            cq_id,
             qpn,
             inbox,
         }

@@ -53,8 +53,17 @@ impl Router {
         self.routes.write().insert((cq, qpn), inbox);
     }
 
-    pub fn remove_route(&self, cq: u64, qpn: u32) {
-        self.routes.write().remove(&(cq, qpn));
+    /// Remove the route of `qpn` on `cq` if it still leads to `inbox`: a queue pair number
+    /// can be reused by a new queue pair (verbs devices recycle them) before the old route
+    /// goes, and the new queue pair's route must survive the old one's removal.
+    pub fn remove_route(&self, cq: u64, qpn: u32, inbox: &Arc<Inbox>) {
+        let mut routes = self.routes.write();
+        if routes
+            .get(&(cq, qpn))
+            .is_some_and(|r| Arc::ptr_eq(r, inbox))
+        {
+            routes.remove(&(cq, qpn));
+        }
     }
 
     /// Poll every queue once and deliver (after any other poller finished); returns how
@@ -168,6 +177,30 @@ mod tests {
         assert_eq!(plain.pop(), None);
         assert_eq!(router.poll_once(64), 1);
         assert_eq!(plain.pop().map(|c| c.wr_id), Some(31));
+    }
+
+    /// A queue pair number reused by a new queue pair before the old one's route went: the old
+    /// route's removal must leave the new queue pair's completions routed (before, removing by
+    /// `(cq, qpn)` alone took the new route away and its completions went unrouted).
+    #[test]
+    fn removing_a_stale_route_keeps_the_reused_numbers_new_route() {
+        let (router, cq, id) = setup();
+        let old = Arc::new(Inbox::new());
+        let new = Arc::new(Inbox::new());
+        router.add_route(id, 7, old.clone());
+        // The device reuses qpn 7 for a new queue pair; its route replaces the old one.
+        router.add_route(id, 7, new.clone());
+        // Then the old path's route is dropped.
+        router.remove_route(id, 7, &old);
+        cq.0.lock().push_back(comp(7, 70));
+        assert_eq!(router.poll_once(64), 1);
+        assert_eq!(new.pop().map(|c| c.wr_id), Some(70), "new route lost");
+        assert_eq!(router.unrouted.load(Ordering::Relaxed), 0);
+        // Its own removal does remove it.
+        router.remove_route(id, 7, &new);
+        cq.0.lock().push_back(comp(7, 71));
+        router.poll_once(64);
+        assert_eq!(router.unrouted.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub struct DeviceInfo {
     pub limits: DeviceLimits,
     /// `NCCL_PTR_*` bits the fabric can register.
     pub ptr_support: i32,
+    /// Largest message one work request may carry (verbs: the port's `max_msg_sz`).
+    pub max_msg_bytes: u64,
 }
 
 /// A device's resource limits (`ibv_query_device`); `None`: no limit (the `sock` fabric
@@ -252,6 +254,14 @@ pub trait QueuePair: Send + Sync {
     fn post_send(&self, wrs: &[SendWr]) -> Result<()>;
     /// Post one zero-length receive (consumed by a peer's WRITE_WITH_IMM); INIT or later.
     fn post_recv(&self, wr_id: u64) -> Result<()>;
+    /// Whether the link to the peer answers below the peer's threads, as far as the fabric can
+    /// tell now: `Some(true)` when it does (`sock`: the peer's kernel acknowledges TCP — a
+    /// stall is then the peer's process, which no other path to the same peer would cure),
+    /// `Some(false)` when it stopped answering, `None` when the fabric cannot tell (`verbs`:
+    /// the NIC's retries decide, and say so with an error completion).
+    fn link_alive(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// A fabric: a set of devices and the way to open them.

@@ -162,6 +162,44 @@ pub fn resolve_rail(spec: &str, ifs: &[Interface]) -> io::Result<(String, IpAddr
     }
 }
 
+/// The interface an address of this host lives on: the one holding it, else (a loopback
+/// address such as 127.0.0.2, local through the loopback route) the loopback interface.
+pub fn interface_of(ip: IpAddr, ifs: &[Interface]) -> Option<String> {
+    ifs.iter()
+        .find(|i| i.addr == ip)
+        .or_else(|| {
+            ip.is_loopback()
+                .then(|| ifs.iter().find(|i| i.loopback))
+                .flatten()
+        })
+        .map(|i| i.name.clone())
+}
+
+/// Check resolved `HA_NCCL_SOCK_RAILS` (`(spec, address)` per rail): two rails with the same
+/// address are one rail — the standby would share everything with the primary — and are
+/// refused; rails on one interface (say two addresses of `lo`) fail together and get a
+/// warning each, returned. Errors and warnings name the variable.
+pub fn check_rails(rails: &[(String, IpAddr)], ifs: &[Interface]) -> Result<Vec<String>, String> {
+    let mut warnings = Vec::new();
+    for (i, (si, ai)) in rails.iter().enumerate() {
+        for (j, (sj, aj)) in rails.iter().enumerate().skip(i + 1) {
+            if ai == aj {
+                return Err(format!(
+                    "HA_NCCL_SOCK_RAILS: rails {i} ({si:?}) and {j} ({sj:?}) are the same address {ai}: one rail counted twice, so a standby on it would fail with the primary; give each rail its own interface"
+                ));
+            }
+            if let (Some(a), Some(b)) = (interface_of(*ai, ifs), interface_of(*aj, ifs)) {
+                if a == b {
+                    warnings.push(format!(
+                        "HA_NCCL_SOCK_RAILS: rails {i} ({si:?}) and {j} ({sj:?}) share interface {a}: a failure of {a} takes both down, the standby does not protect against it"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(warnings)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,6 +330,36 @@ mod tests {
         assert_eq!((n.as_str(), a), ("eth0", "2001:db8::10".parse().unwrap()));
         let (n, a) = resolve_rail("192.0.2.7", &host()).unwrap();
         assert_eq!((n.as_str(), a), ("192.0.2.7", "192.0.2.7".parse().unwrap()));
+    }
+
+    /// Finding: `HA_NCCL_SOCK_RAILS=d0,d0` (or `lo,lo`, or one IP twice) was accepted with no
+    /// word: "2 devices" on one interface, and one cut ended the connection.
+    #[test]
+    fn the_same_rail_twice_is_refused_and_rails_sharing_an_interface_warned() {
+        let ifs = host();
+        let resolved = |specs: &[&str]| -> Vec<(String, IpAddr)> {
+            specs
+                .iter()
+                .map(|s| (s.to_string(), resolve_rail(s, &ifs).unwrap().1))
+                .collect()
+        };
+        for twice in [&["eth0", "eth0"][..], &["lo", "lo"], &["10.0.1.10", "eth1"]] {
+            let e = check_rails(&resolved(twice), &ifs).unwrap_err();
+            assert!(e.starts_with("HA_NCCL_SOCK_RAILS: rails 0"), "{e}");
+            assert!(e.contains("same address"), "{e}");
+        }
+        // Two addresses of one interface (loopback aliases): allowed, with a warning.
+        let w = check_rails(&resolved(&["127.0.0.1", "127.0.0.2"]), &ifs).unwrap();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].starts_with("HA_NCCL_SOCK_RAILS:") && w[0].contains("share interface lo"));
+        let w = check_rails(&resolved(&["eth0", "2001:db8::10"]), &ifs).unwrap();
+        assert!(w[0].contains("share interface eth0"), "{w:?}");
+        // Separate interfaces: nothing to say.
+        assert_eq!(
+            check_rails(&resolved(&["eth0", "eth1"]), &ifs).unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(interface_of("192.0.2.9".parse().unwrap(), &ifs), None);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::error::{Error, Result};
 use super::link::{Link, Phase};
 use super::mr::MrHandle;
 use super::region::Region;
-use crate::engine::{Lease, Route};
+use crate::engine::{CqShare, Lease, Route};
 use crate::fabric::{
     Access, QpCaps, QueuePair, Result as FabricResult, SendOp, SendWr, Sge, WcStatus,
 };
@@ -41,6 +41,8 @@ pub struct FlushQp {
     // route, the sink and the lease.
     qp: Box<dyn QueuePair>,
     route: Route,
+    /// This queue pair's share of a completion queue of the device.
+    _cq: CqShare,
     sink: Region,
     lease: Lease,
     /// Work request ids posted and not completed, oldest first, with their post time.
@@ -56,8 +58,10 @@ impl FlushQp {
             max_recv_wr: 1,
             traffic_class: None,
         };
-        let qp = lease.dev.pd.create_qp(&lease.dev.cq, caps)?;
-        let route = lease.route(qp.qp_num());
+        // What it can owe: a READ completion per flush in flight, and its one receive's flush.
+        let cq = lease.dev.reserve_cq(MAX_FLUSHES as u32 + 1)?;
+        let qp = lease.dev.pd.create_qp(&cq.cq, caps)?;
+        let route = lease.route(cq.id, qp.qp_num());
         qp.to_init()?;
         let me = qp.local_endpoint();
         qp.to_rtr(&me)?;
@@ -67,6 +71,7 @@ impl FlushQp {
         Ok(FlushQp {
             qp,
             route,
+            _cq: cq,
             sink,
             lease,
             posted: VecDeque::new(),
@@ -357,19 +362,12 @@ impl Flushes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::budget::{cq_entries_per_path, CQ_ENTRIES_PER_COMM, QPS_PER_COMM};
-    use crate::transport::link::Role;
 
     #[test]
-    fn a_flushing_receive_comm_stays_within_the_connection_budget() {
-        // maxComms prices every connection as a send comm; a receive comm's paths plus every
-        // flush it may have outstanding must fit in that price, or the shared completion
-        // queue could overrun when a port dies and everything posted completes at once.
-        let recv = QPS_PER_COMM * cq_entries_per_path(Role::Recv) + MAX_FLUSHES as u32;
-        assert!(
-            recv <= CQ_ENTRIES_PER_COMM,
-            "{recv} > {CQ_ENTRIES_PER_COMM}"
-        );
+    fn a_flush_queue_pair_fits_a_completion_queue() {
+        // The loopback queue pair reserves a READ completion per flush in flight and its one
+        // receive on a completion queue of the device, like a path's queue pair.
+        assert!(MAX_FLUSHES as u32 + 1 <= crate::transport::path::CQES_PER_QP);
     }
 
     #[test]

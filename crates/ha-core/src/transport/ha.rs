@@ -23,13 +23,16 @@ pub struct HaCfg {
 }
 
 impl HaCfg {
-    /// How long a fenced path may take to flush before the failover goes on without it.
-    pub fn drain_watchdog(&self) -> Duration {
-        self.rto.max(Duration::from_millis(200))
-    }
-    /// How long a failover may take before the connection is declared dead.
+    /// How long a failover may take before it is reported as slow (a soft deadline: the
+    /// connection keeps waiting), and how long a fenced path may take to flush before the
+    /// connection ends (the flush is local: one that does not come means lost completions).
     pub fn failover_deadline(&self) -> Duration {
         self.rto * 4 + Duration::from_secs(2)
+    }
+    /// A tick that comes this long after the previous one came late: the process (or NCCL,
+    /// which drives the ticks) did not run meanwhile, and the soft timers restart.
+    pub fn late_tick(&self) -> Duration {
+        (self.rto / 2).max(Duration::from_millis(100))
     }
 }
 
@@ -101,6 +104,7 @@ mod tests {
             link_layer: ll,
             limits: Default::default(),
             ptr_support: 1,
+            max_msg_bytes: 1 << 30,
         }
     }
 

@@ -18,3 +18,6 @@ pub mod setup;
 pub mod stats;
 
 pub use error::{Error, Result};
+
+#[cfg(test)]
+mod tests;

@@ -4,24 +4,42 @@
 //! zero-length probe writes (standby heartbeat, keep-alive of a waiting connection).
 //! Dropping a path fences its queue pair first.
 
-use crate::engine::{DeviceRes, Lease, Route};
+use crate::engine::{CqShare, DeviceRes, Lease, Route};
 use crate::fabric::{Completion, QpCaps, QueuePair, Result as FabricResult, SendOp, SendWr, Sge};
-use ha_proto::data::layout::{decode_wr_id, wr_id, WrKind};
+use ha_proto::data::layout::{decode_wr_id, wr_id, WrKind, FIFO_DEPTH, MAILBOX_SLOTS, MAX_RECVS};
 use ha_proto::handshake::PathParams;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Work-request budget per queue pair: 32 receives × 8 buffers of payload writes plus the
-/// records, clear-to-sends, probes and a replay, with headroom.
+// The per-connection resource numbers (a connection has one queue pair per path; the
+// device-level budget of how many connections fit is computed from these).
+
+/// Control messages one path can have in flight (the peer's mailbox slots).
+pub const CTRL_IN_FLIGHT: usize = MAILBOX_SLOTS;
+/// Probes one path can have in flight (heartbeat and keep-alive share one at a time; one more
+/// of headroom).
+pub const PROBES_IN_FLIGHT: usize = 2;
+/// Spare send work requests beyond the worst case below.
+const SPARE_SEND_WRS: usize = 16;
+/// Most send work requests one queue pair can have posted at once: a group (8 payload writes
+/// and its completion record, or a clear-to-send) for every FIFO slot — a replay re-posts only
+/// those — plus control messages and probes. The queue pair refuses more.
+pub const MAX_SEND_WR: u32 =
+    (FIFO_DEPTH * (MAX_RECVS + 1) + CTRL_IN_FLIGHT + PROBES_IN_FLIGHT + SPARE_SEND_WRS) as u32;
+/// Receives kept posted on every path (at most 32 data immediates and 8 control messages are
+/// in flight).
+pub const RECV_POOL: usize = 64;
+/// Completions one queue pair can owe its completion queue at once: a flush completes every
+/// posted work request, signaled or not.
+pub const CQES_PER_QP: u32 = MAX_SEND_WR + RECV_POOL as u32;
+
+/// Queue sizes of every path's queue pair.
 pub const QP_CAPS: QpCaps = QpCaps {
-    max_send_wr: 1024,
-    max_recv_wr: 256,
+    max_send_wr: MAX_SEND_WR,
+    max_recv_wr: RECV_POOL as u32,
     traffic_class: None,
 };
-
-/// Receives kept posted on every path (at most 32 data immediates are in flight).
-pub const RECV_POOL: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Health {
@@ -34,9 +52,12 @@ pub enum Health {
 }
 
 pub struct Path {
-    // Field order is drop order: the queue pair goes (fenced) before its route and lease.
+    // Field order is drop order: the queue pair goes (fenced) before its route, its room on
+    // the completion queue and its lease. (A route only removes itself if it is still its
+    // own: the device may already have given the number to a new queue pair.)
     pub qp: Box<dyn QueuePair>,
     pub route: Route,
+    _cq: CqShare,
     pub lease: Lease,
     pub health: Health,
     /// Key of the peer's remotely written region on this path's device.
@@ -60,12 +81,14 @@ impl Path {
             traffic_class,
             ..QP_CAPS
         };
-        let qp = lease.dev.pd.create_qp(&lease.dev.cq, caps)?;
-        let route = lease.route(qp.qp_num());
+        let cq = lease.dev.reserve_cq(CQES_PER_QP)?;
+        let qp = lease.dev.pd.create_qp(&cq.cq, caps)?;
+        let route = lease.route(cq.id, qp.qp_num());
         qp.to_init()?;
         let mut p = Path {
             qp,
             route,
+            _cq: cq,
             lease,
             health: Health::Unverified,
             peer_rkey: 0,
@@ -156,11 +179,9 @@ impl Path {
         self.outstanding.is_empty() && self.recvs == 0
     }
 
-    /// The oldest signaled work request has waited longer than `rto`.
-    pub fn stalled(&self, now: Instant, rto: Duration) -> bool {
-        self.outstanding
-            .front()
-            .is_some_and(|(_, t)| now.duration_since(*t) > rto)
+    /// When the oldest signaled work request still outstanding was posted.
+    pub fn oldest_outstanding(&self) -> Option<Instant> {
+        self.outstanding.front().map(|(_, t)| *t)
     }
 
     /// Fence: ERR, so nothing more is placed through this queue pair; everything posted

@@ -5,7 +5,7 @@
 
 use super::error::{Error, Result};
 use super::flush::Flushes;
-use super::link::{Event, Link, Phase};
+use super::link::{Drain, Event, Link, Phase};
 use super::mr::MrHandle;
 use crate::fabric::{SendOp, SendWr, Sge, WcStatus};
 use ha_proto::data::layout::{
@@ -102,18 +102,27 @@ impl RecvComm {
             return Ok(None);
         };
         self.slot_mrs[p.slot] = bufs.iter().map(|b| b.mr.clone()).collect();
-        self.post_cts(a, p.seq, p.slot, &p.cts);
+        self.post_cts(a, p.seq, p.slot, p.fifo_word, &p.cts);
         Ok(Some(id))
     }
 
-    fn post_cts(&mut self, path: usize, seq: u64, slot: usize, cts: &[u64; CTS_SLOT_WORDS]) {
+    /// Write clear-to-send `cts` (staged in slot `slot`) over `path` to word `fifo_word` of
+    /// the sender's FIFO.
+    fn post_cts(
+        &mut self,
+        path: usize,
+        seq: u64,
+        slot: usize,
+        fifo_word: usize,
+        cts: &[u64; CTS_SLOT_WORDS],
+    ) {
         let base = slot * CTS_SLOT_WORDS;
         for (i, w) in cts.iter().enumerate() {
             self.link.stage.words.store(base + i, *w);
         }
         let lkey = self.link.stage.keys(path).lkey;
         let local = self.link.stage.addr() + slot * CTS_SLOT_BYTES;
-        let remote = self.link.peer_addr + (slot * CTS_SLOT_BYTES) as u64;
+        let remote = self.link.peer_addr + (fifo_word * 8) as u64;
         let p = self.link.path_mut(path);
         let wr = SendWr {
             wr_id: ha_proto::data::layout::wr_id(ha_proto::data::layout::WrKind::Cts, seq, 0),
@@ -147,7 +156,7 @@ impl RecvComm {
         Ok(r)
     }
 
-    fn pump(&mut self) {
+    pub(super) fn pump(&mut self) {
         for ev in self.link.pump() {
             self.on_event(ev);
         }
@@ -163,7 +172,7 @@ impl RecvComm {
         }
     }
 
-    fn on_ctrl(&mut self, m: CtrlMsg) {
+    pub(super) fn on_ctrl(&mut self, m: CtrlMsg) {
         match m.kind {
             CtrlKind::SwitchReq
                 if m.epoch == self.link.epoch && matches!(self.link.phase, Phase::Normal) =>
@@ -172,6 +181,8 @@ impl RecvComm {
                 self.on_event(ev);
             }
             CtrlKind::Rearm => self.link.on_rearm(&m),
+            // Its receive completion already verified the re-armed path.
+            CtrlKind::RearmDone => {}
             _ => tracing::debug!("NET/HA : {}: ignored control {:?}", self.link.name, m),
         }
     }
@@ -181,14 +192,19 @@ impl RecvComm {
             return;
         };
         let f = f.clone();
-        let drained = self.link.paths[f.from].as_ref().is_none_or(|p| p.drained())
-            || f.since.elapsed() > self.link.cfg.drain_watchdog();
-        if !drained {
-            return;
+        match self.link.drain_state(&f) {
+            Drain::Waiting => return,
+            Drain::Overdue => {
+                let ev = self.link.fail_undrained(&f);
+                self.on_event(ev);
+                return;
+            }
+            Drain::Drained => {}
         }
         // The old path is fenced and flushed: `delivered` is final. Re-post what is open with
-        // the new path's keys, then tell the sender.
+        // the new path's keys (in the next epoch's FIFO bank), then tell the sender.
         let dev = self.link.path(f.to).device().clone();
+        self.machine.next_epoch();
         let open = self.machine.open_requests();
         for (seq, slot, entries) in &open {
             let mut rekeyed = entries.clone();
@@ -204,8 +220,11 @@ impl RecvComm {
                     }
                 }
             }
-            let cts = RecvSide::repost(*seq, &rekeyed);
-            self.post_cts(f.to, *seq, *slot, &cts);
+            let (cts, word) = self.machine.repost(*seq, &rekeyed);
+            self.post_cts(f.to, *seq, *slot, word, &cts);
+            if !matches!(self.link.phase, Phase::Failing(_)) {
+                return; // the new path failed too: the connection is lost
+            }
         }
         let msg = CtrlMsg {
             kind: CtrlKind::Switch,

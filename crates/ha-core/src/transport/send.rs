@@ -3,7 +3,7 @@
 //! hears it first), then replays the undelivered sends on the new path.
 
 use super::error::{Error, Result};
-use super::link::{Event, Link, Phase};
+use super::link::{Drain, Event, Link, Phase};
 use super::mr::MrHandle;
 use crate::fabric::{SendOp, SendWr, Sge};
 use ha_proto::data::layout::{CtrlKind, CtrlMsg, FIFO_DEPTH, RECORD_BYTES, RECORD_WORDS};
@@ -16,14 +16,26 @@ pub struct SendComm {
     pub(crate) machine: SendSide,
     /// Registrations of the sends of each FIFO slot's current group (for a replay).
     slot_mrs: Vec<(u64, Vec<Arc<MrHandle>>)>,
+    /// The largest message every device of the connection takes, and the device that limits.
+    max_msg: (u64, String),
 }
 
 impl SendComm {
     pub(crate) fn new(link: Link) -> SendComm {
+        let fabric = link.path(link.active).lease.engine().fabric().clone();
+        let max_msg = link
+            .paths
+            .iter()
+            .flatten()
+            .filter_map(|p| fabric.devices().get(p.device().dev))
+            .map(|i| (i.max_msg_bytes, i.name.clone()))
+            .min_by_key(|(m, _)| *m)
+            .unwrap_or((u64::MAX, String::new()));
         SendComm {
             link,
             machine: SendSide::new(),
             slot_mrs: vec![(0, Vec::new()); FIFO_DEPTH],
+            max_msg,
         }
     }
 
@@ -47,6 +59,14 @@ impl SendComm {
             return Err(Error::Usage(format!(
                 "send buffer {addr:#x}+{size} lies outside its registration {:#x}+{}",
                 mr.addr, mr.len
+            )));
+        }
+        if size as u64 > self.max_msg.0 {
+            // Refused up front: posted, it would fail the path with a length error, fail
+            // over, and fail again on the replay (the connection lost for a caller's error).
+            return Err(Error::Usage(format!(
+                "send of {size} bytes exceeds the largest message device {} takes ({} bytes, max_msg_sz); split it",
+                self.max_msg.1, self.max_msg.0
             )));
         }
         let a = self.link.active;
@@ -136,7 +156,7 @@ impl SendComm {
     }
 
     /// Drain completions, run the periodic duties, advance a failover.
-    fn pump(&mut self) {
+    pub(super) fn pump(&mut self) {
         for ev in self.link.pump() {
             self.on_event(ev);
         }
@@ -152,7 +172,7 @@ impl SendComm {
         }
     }
 
-    fn on_ctrl(&mut self, m: CtrlMsg) {
+    pub(super) fn on_ctrl(&mut self, m: CtrlMsg) {
         match m.kind {
             CtrlKind::Switch if m.epoch == self.link.epoch => {
                 if matches!(self.link.phase, Phase::Normal) {
@@ -173,10 +193,14 @@ impl SendComm {
             return;
         };
         let f = f.clone();
-        let drained = self.link.paths[f.from].as_ref().is_none_or(|p| p.drained())
-            || f.since.elapsed() > self.link.cfg.drain_watchdog();
-        if !drained {
-            return;
+        match self.link.drain_state(&f) {
+            Drain::Waiting => return,
+            Drain::Overdue => {
+                let ev = self.link.fail_undrained(&f);
+                self.on_event(ev);
+                return;
+            }
+            Drain::Drained => {}
         }
         match f.switch {
             Some(delivered) => {

@@ -10,7 +10,8 @@ use super::region::Region;
 use crate::engine::Engine;
 use crate::fabric::Access;
 use ha_proto::data::layout::{
-    CTS_SLOT_WORDS, FIFO_DEPTH, MAILBOX_WORDS, RECORD_WORDS, RECV_REGION_WORDS, SEND_REGION_WORDS,
+    CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAILBOX_WORDS, RECORD_WORDS, RECV_REGION_WORDS,
+    SEND_REGION_WORDS,
 };
 use ha_proto::handle::flags;
 use ha_proto::handshake::{Params, PathParams};
@@ -133,14 +134,8 @@ impl Half {
     /// The established link.
     pub fn into_link(self, peer: &Params, cfg: &HaCfg, stats_file: &str) -> Link {
         let (mailbox_base, peer_mailbox_off) = match self.role {
-            Role::Send => (
-                FIFO_DEPTH * CTS_SLOT_WORDS,
-                (FIFO_DEPTH * RECORD_WORDS * 8) as u64,
-            ),
-            Role::Recv => (
-                FIFO_DEPTH * RECORD_WORDS,
-                (FIFO_DEPTH * CTS_SLOT_WORDS * 8) as u64,
-            ),
+            Role::Send => (CTS_FIFO_WORDS, (FIFO_DEPTH * RECORD_WORDS * 8) as u64),
+            Role::Recv => (FIFO_DEPTH * RECORD_WORDS, (CTS_FIFO_WORDS * 8) as u64),
         };
         Link::new(LinkParts {
             paths: self.paths,

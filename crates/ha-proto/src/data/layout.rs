@@ -1,9 +1,13 @@
 //! Memory layouts shared by both ends of a connection, and the words that hold them.
 //!
-//! * **CTS FIFO** (in the sender, written by the receiver with RDMA WRITE): [`FIFO_DEPTH`]
-//!   slots of [`CTS_SLOT_WORDS`] u64 words: 8 entries of 4 words
-//!   `{addr, size, rkey | tag << 32, 0}`, then `nreqs`, then `seq` — last, so a reader that sees
-//!   the expected `seq` sees the whole slot (the fabrics place a WRITE's final aligned word last).
+//! * **CTS FIFO** (in the sender, written by the receiver with RDMA WRITE): [`CTS_BANKS`] banks
+//!   of [`FIFO_DEPTH`] slots of [`CTS_SLOT_WORDS`] u64 words: 8 entries of 4 words
+//!   `{addr, size, rkey | tag << 32, 0}`, then `nreqs | epoch << 32`, then `seq` — last, so a
+//!   reader that sees the expected `seq` sees the whole slot (the fabrics place a WRITE's final
+//!   aligned word last). Clear-to-sends of path epoch `e` (the number of switches so far) go to
+//!   bank `e % 2` and carry `e`: a stale clear-to-send of the old path landing late (before the
+//!   sender fenced that path) lands in the other bank and can never overwrite the re-keyed one
+//!   of the same sequence number; the sender only reads clear-to-sends of its own epoch.
 //! * **Completion records** (in the receiver, written by the sender's WRITE_WITH_IMM):
 //!   [`FIFO_DEPTH`] records of [`RECORD_WORDS`] words `{seq, nreqs | status << 32, sizes[8]}`.
 //!   The immediate carries the low 32 bits of `seq`.
@@ -29,8 +33,12 @@ pub const SIZE_TRUNCATED: u64 = u64::MAX;
 pub const MAILBOX_SLOTS: usize = 8;
 pub const CTRL_WORDS: usize = 16;
 pub const MAILBOX_WORDS: usize = MAILBOX_SLOTS * CTRL_WORDS;
+/// Banks of the CTS FIFO (alternating with the path epoch).
+pub const CTS_BANKS: usize = 2;
+/// Words of the whole CTS FIFO (every bank).
+pub const CTS_FIFO_WORDS: usize = CTS_BANKS * FIFO_DEPTH * CTS_SLOT_WORDS;
 /// Words of the sender's remotely written region: CTS FIFO, then mailbox.
-pub const SEND_REGION_WORDS: usize = FIFO_DEPTH * CTS_SLOT_WORDS + MAILBOX_WORDS;
+pub const SEND_REGION_WORDS: usize = CTS_FIFO_WORDS + MAILBOX_WORDS;
 /// Words of the receiver's remotely written region: completion records, then mailbox.
 pub const RECV_REGION_WORDS: usize = FIFO_DEPTH * RECORD_WORDS + MAILBOX_WORDS;
 const CTRL_BIT: u32 = 1 << 31;
@@ -58,10 +66,13 @@ pub enum CtrlKind {
     Switch = 1,
     /// Sender → receiver: "my path failed, fence yours and tell me what you delivered".
     SwitchReq = 2,
-    /// Sender → receiver: "here is a new queue pair for path `a`" (endpoint).
+    /// Sender → receiver: "here is a new queue pair for path `a`" (endpoint), attempt `b`.
     Rearm = 3,
-    /// Receiver → sender: "my new queue pair for path `a`" (endpoint).
+    /// Receiver → sender: "my new queue pair for path `a`" (endpoint), answering attempt `b`.
     RearmAck = 4,
+    /// Sender → receiver, over the re-armed path itself: "my end of path `a` is connected"
+    /// (attempt `b`). Its completions verify the new path on both sides.
+    RearmDone = 5,
 }
 
 /// A control message (at most 64 endpoint bytes).
@@ -99,6 +110,7 @@ impl CtrlMsg {
             2 => CtrlKind::SwitchReq,
             3 => CtrlKind::Rearm,
             4 => CtrlKind::RearmAck,
+            5 => CtrlKind::RearmDone,
             _ => return None,
         };
         let len = region.load(b + 3) as usize;
@@ -161,8 +173,13 @@ pub struct CtsEntry {
     pub tag: i32,
 }
 
-/// Encode a CTS slot (entries then nreqs then seq).
-pub fn encode_cts(entries: &[CtsEntry], seq: u64) -> [u64; CTS_SLOT_WORDS] {
+/// First word of FIFO slot `slot` for clear-to-sends of path epoch `epoch`.
+pub fn cts_word(epoch: u32, slot: usize) -> usize {
+    ((epoch as usize % CTS_BANKS) * FIFO_DEPTH + slot % FIFO_DEPTH) * CTS_SLOT_WORDS
+}
+
+/// Encode a CTS slot of path epoch `epoch` (entries, then nreqs and the epoch, then seq).
+pub fn encode_cts(entries: &[CtsEntry], seq: u64, epoch: u32) -> [u64; CTS_SLOT_WORDS] {
     let mut w = [0u64; CTS_SLOT_WORDS];
     for (i, e) in entries.iter().enumerate() {
         let b = i * CTS_ENTRY_WORDS;
@@ -170,19 +187,29 @@ pub fn encode_cts(entries: &[CtsEntry], seq: u64) -> [u64; CTS_SLOT_WORDS] {
         w[b + 1] = e.size;
         w[b + 2] = e.rkey as u64 | ((e.tag as u32 as u64) << 32);
     }
-    w[CTS_SLOT_WORDS - 2] = entries.len() as u64;
+    w[CTS_SLOT_WORDS - 2] = entries.len() as u64 | (u64::from(epoch) << 32);
     w[CTS_SLOT_WORDS - 1] = seq;
     w
 }
 
-/// Read slot `slot` of a CTS FIFO if it carries `seq`; `None` if not posted yet.
-/// A slot with an impossible entry count is reported as `Err(nreqs)`.
-pub fn read_cts(fifo: &SharedWords, slot: usize, seq: u64) -> Result<Option<Vec<CtsEntry>>, u64> {
-    let base = slot * CTS_SLOT_WORDS;
+/// Read slot `slot` of path epoch `epoch`'s CTS bank if it carries `seq` and `epoch`; `None` if
+/// not posted yet (or only by an older path). A slot with an impossible entry count is
+/// reported as `Err(nreqs)`.
+pub fn read_cts(
+    fifo: &SharedWords,
+    epoch: u32,
+    slot: usize,
+    seq: u64,
+) -> Result<Option<Vec<CtsEntry>>, u64> {
+    let base = cts_word(epoch, slot);
     if fifo.load_acquire(base + CTS_SLOT_WORDS - 1) != seq {
         return Ok(None);
     }
-    let n = fifo.load(base + CTS_SLOT_WORDS - 2);
+    let w = fifo.load(base + CTS_SLOT_WORDS - 2);
+    if (w >> 32) as u32 != epoch {
+        return Ok(None);
+    }
+    let n = w & 0xffff_ffff;
     if n == 0 || n as usize > MAX_RECVS {
         return Err(n);
     }
@@ -273,7 +300,7 @@ mod tests {
 
     #[test]
     fn cts_roundtrip_through_shared_words() {
-        let fifo = SharedWords::new(FIFO_DEPTH * CTS_SLOT_WORDS);
+        let fifo = SharedWords::new(CTS_FIFO_WORDS);
         let entries = vec![
             CtsEntry {
                 addr: 0x1000,
@@ -288,14 +315,33 @@ mod tests {
                 tag: 7,
             },
         ];
-        let words = encode_cts(&entries, 9);
+        let words = encode_cts(&entries, 9, 3);
         for (i, w) in words.iter().enumerate() {
-            fifo.store(5 * CTS_SLOT_WORDS + i, *w);
+            fifo.store(cts_word(3, 5) + i, *w);
         }
-        assert_eq!(read_cts(&fifo, 5, 8), Ok(None), "wrong seq is not posted");
-        assert_eq!(read_cts(&fifo, 5, 9), Ok(Some(entries)));
-        fifo.store(5 * CTS_SLOT_WORDS + CTS_SLOT_WORDS - 2, 9);
-        assert_eq!(read_cts(&fifo, 5, 9), Err(9));
+        assert_eq!(
+            cts_word(3, 5),
+            (FIFO_DEPTH + 5) * CTS_SLOT_WORDS,
+            "odd epoch: bank 1"
+        );
+        assert_eq!(
+            read_cts(&fifo, 3, 5, 8),
+            Ok(None),
+            "wrong seq is not posted"
+        );
+        assert_eq!(
+            read_cts(&fifo, 1, 5, 9),
+            Ok(None),
+            "another epoch's is not posted"
+        );
+        assert_eq!(
+            read_cts(&fifo, 0, 5, 9),
+            Ok(None),
+            "the other bank is empty"
+        );
+        assert_eq!(read_cts(&fifo, 3, 5, 9), Ok(Some(entries)));
+        fifo.store(cts_word(3, 5) + CTS_SLOT_WORDS - 2, 9 | 3 << 32);
+        assert_eq!(read_cts(&fifo, 3, 5, 9), Err(9));
     }
 
     #[test]

@@ -3,18 +3,20 @@
 //! completion whose sequence number is not pending (already done) is dropped and counted.
 
 use super::layout::{
-    data_imm, decode_wr_id, encode_cts, read_record, wr_id, CtsEntry, SharedWords, WrKind,
-    CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
+    cts_word, data_imm, decode_wr_id, encode_cts, read_record, wr_id, CtsEntry, SharedWords,
+    WrKind, CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
 };
 use super::{ProtoError, ReqId, Slab};
 use crate::rc::{Completion, WcStatus};
 
 /// What to post for one receive: a zero-length RECV with `recv_wr_id`, then an RDMA WRITE of
-/// `cts` into the sender's FIFO slot `slot` (signaled, `cts_wr_id`).
+/// `cts` into the sender's FIFO at word `fifo_word` (slot `slot` of the current epoch's bank;
+/// signaled, `cts_wr_id`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecvPost {
     pub seq: u64,
     pub slot: usize,
+    pub fifo_word: usize,
     pub cts: [u64; CTS_SLOT_WORDS],
     pub recv_wr_id: u64,
     pub cts_wr_id: u64,
@@ -28,6 +30,8 @@ enum State {
 
 pub struct RecvSide {
     next_seq: u64,
+    /// Path epoch: switches so far (which CTS bank, see the layout).
+    epoch: u32,
     /// Request id occupying each FIFO slot.
     by_slot: Vec<Option<ReqId>>,
     reqs: Slab<State>,
@@ -45,13 +49,20 @@ impl Default for RecvSide {
 
 impl RecvSide {
     pub fn new() -> Self {
+        Self::starting_at(1)
+    }
+
+    /// A machine whose first sequence number is `seq` (≥ 1; tests start near wrap-arounds).
+    pub fn starting_at(seq: u64) -> Self {
+        let seq = seq.max(1);
         RecvSide {
-            next_seq: 1,
+            next_seq: seq,
+            epoch: 0,
             by_slot: vec![None; FIFO_DEPTH],
             reqs: Slab::new(FIFO_DEPTH),
             failed: None,
             duplicates: 0,
-            delivered: 0,
+            delivered: seq - 1,
         }
     }
 
@@ -101,9 +112,25 @@ impl RecvSide {
         open
     }
 
-    /// Encode a re-posted clear-to-send for `seq` with `entries` (new keys).
-    pub fn repost(seq: u64, entries: &[CtsEntry]) -> [u64; CTS_SLOT_WORDS] {
-        encode_cts(entries, seq)
+    /// Path epoch: how many switches this side went through.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// A switch of path begins (the old one is fenced and drained): clear-to-sends from now on,
+    /// the re-posted ones first, belong to the next epoch (the other FIFO bank).
+    pub fn next_epoch(&mut self) {
+        self.epoch = self.epoch.wrapping_add(1);
+    }
+
+    /// Encode a re-posted clear-to-send for `seq` with `entries` (new keys) in the current
+    /// epoch: the words and where they go in the sender's FIFO.
+    pub fn repost(&self, seq: u64, entries: &[CtsEntry]) -> ([u64; CTS_SLOT_WORDS], usize) {
+        let slot = (seq % FIFO_DEPTH as u64) as usize;
+        (
+            encode_cts(entries, seq, self.epoch),
+            cts_word(self.epoch, slot),
+        )
     }
 
     pub fn live_requests(&self) -> usize {
@@ -137,7 +164,8 @@ impl RecvSide {
             RecvPost {
                 seq,
                 slot,
-                cts: encode_cts(bufs, seq),
+                fifo_word: cts_word(self.epoch, slot),
+                cts: encode_cts(bufs, seq, self.epoch),
                 recv_wr_id: wr_id(WrKind::Recv, seq, 0),
                 cts_wr_id: wr_id(WrKind::Cts, seq, 0),
             },

@@ -80,6 +80,8 @@ struct SendReq {
 
 pub struct SendSide {
     next_seq: u64,
+    /// Path epoch: switches so far (which clear-to-sends are current, see the layout).
+    epoch: u32,
     cur: Option<Matching>,
     groups: Vec<Group>,
     reqs: Slab<SendReq>,
@@ -94,8 +96,14 @@ impl Default for SendSide {
 
 impl SendSide {
     pub fn new() -> Self {
+        Self::starting_at(1)
+    }
+
+    /// A machine whose first sequence number is `seq` (≥ 1; tests start near wrap-arounds).
+    pub fn starting_at(seq: u64) -> Self {
         SendSide {
-            next_seq: 1,
+            next_seq: seq.max(1),
+            epoch: 0,
             cur: None,
             groups: (0..FIFO_DEPTH)
                 .map(|_| Group {
@@ -143,7 +151,7 @@ impl SendSide {
             if self.groups[slot].state != GroupState::Free {
                 return Ok(None); // previous use of this slot still in flight
             }
-            match read_cts(fifo, slot, seq) {
+            match read_cts(fifo, self.epoch, slot, seq) {
                 Ok(None) => return Ok(None),
                 Err(n) => {
                     self.fail(ProtoError::BadCts(n));
@@ -231,17 +239,23 @@ impl SendSide {
         }
     }
 
-    /// Highest sequence number posted so far (0: none).
+    /// Highest sequence number posted so far (the start minus one: none).
     pub fn posted_upto(&self) -> u64 {
         self.next_seq - 1
     }
 
+    /// Path epoch: how many switches this side went through.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
     /// The switch to another path, once the old one is fenced and drained: the receiver
     /// delivered everything up to `delivered` and re-posted its open clear-to-sends (with keys
-    /// of the new path) into `fifo`. Groups it delivered complete; the others are rebuilt from
-    /// the re-posted entries and returned, in order, for a replay on the new path. `lkey`
-    /// gives the new path's key for (slot, entry index, address, size) of a posted send.
-    /// Every error also fails the connection (the caller only stops).
+    /// of the new path, in the next epoch's bank) into `fifo`. The epoch advances; groups it
+    /// delivered complete; the others are rebuilt from the re-posted entries and returned, in
+    /// order, for a replay on the new path. `lkey` gives the new path's key for (slot, entry
+    /// index, address, size) of a posted send. Every error also fails the connection (the
+    /// caller only stops).
     pub fn apply_switch(
         &mut self,
         fifo: &SharedWords,
@@ -255,6 +269,7 @@ impl SendSide {
             self.fail(e.clone());
             return Err(e);
         }
+        self.epoch = self.epoch.wrapping_add(1);
         let mut posted: Vec<usize> = (0..FIFO_DEPTH)
             .filter(|&i| self.groups[i].state == GroupState::Posted)
             .collect();
@@ -270,7 +285,7 @@ impl SendSide {
                 };
                 continue;
             }
-            let entries = match read_cts(fifo, i, g.seq) {
+            let entries = match read_cts(fifo, self.epoch, i, g.seq) {
                 Ok(Some(e)) if e.len() == g.matched.len() => e,
                 _ => {
                     let e = ProtoError::BadCts(g.seq);
@@ -316,7 +331,7 @@ impl SendSide {
                 self.fail(e.clone());
                 return Err(e);
             }
-            match read_cts(fifo, slot, m.seq) {
+            match read_cts(fifo, self.epoch, slot, m.seq) {
                 Ok(Some(e)) if e.len() == m.entries.len() => m.entries = e,
                 _ => {
                     let e = ProtoError::BadCts(m.seq);

@@ -19,14 +19,14 @@ struct Wire {
 impl Wire {
     fn new() -> Self {
         Wire {
-            fifo: SharedWords::new(FIFO_DEPTH * CTS_SLOT_WORDS),
+            fifo: SharedWords::new(CTS_FIFO_WORDS),
             records: SharedWords::new(FIFO_DEPTH * RECORD_WORDS),
             mem: HashMap::new(),
         }
     }
     /// The receiver's CTS write lands in the sender's FIFO.
     fn deliver_cts(&self, p: &RecvPost) {
-        let base = p.slot * CTS_SLOT_WORDS;
+        let base = p.fifo_word;
         for (i, w) in p.cts.iter().enumerate() {
             self.fifo.store(base + i, *w);
         }

@@ -7,7 +7,12 @@
 //! failovers. Needs root and iproute2 — otherwise it says why and skips.
 //!
 //! `HA_DRILLS=N` sets the drills per end (default 10; CI runs the default, the long run is
-//! `HA_DRILLS=50 cargo test --release --test ha_netns`).
+//! `HA_DRILLS=50 cargo test --release --test ha_netns`). `HA_PAUSE=1` also stops one rank at
+//! random (`kill -STOP`, 0.5–3 s, at a random moment) in every drill: a paused peer must not
+//! cost a message or a connection. The drill always cuts the rail both sides' traffic is on
+//! (a pause may have moved it: a soft timeout may move traffic to a verified standby), so a
+//! standby loss in the stats is a false alarm unless a cut hit that side's standby because it
+//! had just moved; the false ones are summed and printed.
 
 mod ranks;
 #[path = "../so/mod.rs"]
@@ -41,19 +46,33 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
+    let pause = std::env::var("HA_PAUSE").is_ok_and(|v| v == "1");
     let (mut passed, mut failed) = (0, 0);
     let mut recoveries = Vec::new();
+    let mut standby_lost = 0;
+    let mut pauses = 0;
     for i in 0..per_end * 2 {
         let far = i % 2 == 1;
-        match drill(i, far) {
+        match drill(i, far, pause) {
             Ok(r) => {
+                let end = |k: usize| if (k == 0) == far { "far" } else { "near" };
+                let cut = |k: usize| {
+                    r.cuts
+                        .get(k)
+                        .map_or("?".to_string(), |c| format!("rail{c}/{}", end(k)))
+                };
                 println!(
-                    "drill {i}: cut rail0/{} -> failover ok ({} ms stall), re-arm ok, cut rail1 -> failover ok ({} ms stall), {} messages verified",
-                    if far { "far" } else { "near" },
+                    "drill {i}: cut {} -> failover ok ({} ms stall), re-arm ok, cut {} -> failover ok ({} ms stall), {} messages verified, false standby losses {}{}",
+                    cut(0),
                     r.stall1_ms,
+                    cut(1),
                     r.stall2_ms,
-                    r.messages
+                    r.messages,
+                    r.standby_lost,
+                    r.paused.as_deref().map(|p| format!(", {p}")).unwrap_or_default()
                 );
+                standby_lost += r.standby_lost;
+                pauses += u64::from(r.paused.is_some());
                 recoveries.push(r.stall1_ms);
                 recoveries.push(r.stall2_ms);
                 passed += 1;
@@ -85,6 +104,7 @@ fn main() {
             recoveries.len()
         );
     }
+    println!("false standby losses (stats standby_lost, both sides, all drills): {standby_lost}; ranks paused in {pauses} drills");
     println!("{passed} passed, {failed} failed");
     if failed > 0 {
         std::process::exit(1);
@@ -167,6 +187,64 @@ struct DrillResult {
     stall1_ms: u64,
     stall2_ms: u64,
     messages: u64,
+    /// Standby losses counted by both sides that no cut explains (false alarms).
+    standby_lost: u64,
+    /// Which rank was paused when, for how long.
+    paused: Option<String>,
+    /// The rails cut, in order.
+    cuts: Vec<usize>,
+}
+
+/// Where a drill is: which rail each side's traffic is on (send, recv), the rail cut last,
+/// which sides got off it, and standby losses the cuts explain (a cut that hit a side's
+/// standby because a soft timeout had just moved its traffic).
+#[derive(Default)]
+struct Plan {
+    active: [usize; 2],
+    cut: usize,
+    handled: [bool; 2],
+    explained: u64,
+    /// Every rail cut, in order.
+    cuts: Vec<usize>,
+}
+
+/// The rail a failover line moved to (`... -> path N (dev D), ...`).
+fn switched_to(line: &str) -> Option<usize> {
+    if !line.contains("NET/HA : failover") {
+        return None;
+    }
+    let rest = line.split(" -> path ").nth(1)?;
+    rest.split("(dev ").nth(1)?.split(')').next()?.parse().ok()
+}
+
+/// Stops one of `pids` for a random 0.5–3 s at a random moment 0.5–6 s from now (the pause
+/// is the test); always continues it. Returns what it did.
+fn pause_one(pids: [(u32, &'static str); 2], seed: u64) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        // splitmix64
+        let mut x = seed;
+        let mut next = move || {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let at = 500 + next() % 5500;
+        let len = 500 + next() % 2500;
+        let (pid, who) = pids[(next() % 2) as usize];
+        std::thread::sleep(Duration::from_millis(at));
+        // SAFETY: kill(2) on our own child's pid.
+        let stopped = unsafe { libc::kill(pid as i32, libc::SIGSTOP) } == 0;
+        std::thread::sleep(Duration::from_millis(len));
+        // SAFETY: as above.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        if stopped {
+            format!("{who} paused {len} ms at +{at} ms")
+        } else {
+            format!("{who} had exited before its pause")
+        }
+    })
 }
 
 /// Lines from a child's stdout and stderr, tagged.
@@ -223,7 +301,7 @@ fn spawn_role_on(
         .map_err(|e| format!("spawning {role}: {e}"))
 }
 
-fn drill(i: usize, far: bool) -> Result<DrillResult, String> {
+fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
     let topo = Topo::up(&format!("{}", std::process::id() % 10000))?;
     let dir = std::env::temp_dir().join(format!("ha-netns-{}-{i}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -244,9 +322,16 @@ fn drill(i: usize, far: bool) -> Result<DrillResult, String> {
     let (tx, rx) = mpsc::channel();
     pump(&mut recv, "recv", tx.clone());
     pump(&mut send, "send", tx);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        ^ (i as u64) << 32;
+    let pauser = pause.then(|| pause_one([(recv.id(), "recv"), (send.id(), "send")], seed));
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut log = Vec::new();
     let mut stage = 0;
+    let mut plan = Plan::default();
     let result = (|| -> Result<(), String> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -258,37 +343,50 @@ fn drill(i: usize, far: bool) -> Result<DrillResult, String> {
                 // The receiver listens: hand its handle to the sender (as NCCL's bootstrap does).
                 writeln!(send_in, "{h}").map_err(|e| e.to_string())?;
             }
+            let side = usize::from(who == "recv");
+            if let Some(d) = switched_to(&line) {
+                plan.active[side] = d;
+            }
+            let progress = who == "recv" && line.starts_with("PROGRESS");
             match stage {
-                // Traffic flows: cut the primary rail.
-                0 if who == "recv" && line.starts_with("PROGRESS") => {
-                    topo.link(0, far, false)?;
-                    stage = 1;
-                }
-                // Both sides switched: bring the rail back, wait for the re-arm.
-                1 | 2 if line.contains("NET/HA : failover") => {
+                // Traffic flows on one rail at both ends: cut it.
+                0 | 4 if progress && plan.active[0] == plan.active[1] => {
+                    plan.cut = plan.active[0];
+                    plan.cuts.push(plan.cut);
+                    plan.handled = [false; 2];
+                    topo.link(plan.cut, if stage == 0 { far } else { !far }, false)?;
                     stage += 1;
-                    if stage == 3 {
-                        topo.link(0, far, true)?;
+                }
+                // Redundancy went away before a cut (a standby lost, or a failover that fenced
+                // a path): wait for the next re-arm before taking the rail in use away.
+                0 | 4
+                    if line.contains("NET/HA : failover")
+                        || (line.contains("standby path") && line.contains("lost")) =>
+                {
+                    stage = 3;
+                }
+                // Each side must get off the cut rail: a failover, or — when a soft timeout (a
+                // paused peer) had already moved it — the cut rail lost as its standby.
+                1 | 5 => {
+                    if line.contains("NET/HA : failover") {
+                        plan.handled[side] = true;
+                    } else if line.contains(&format!("standby path {} lost", plan.cut)) {
+                        plan.handled[side] = true;
+                        plan.explained += 1;
+                    }
+                    if plan.handled == [true; 2] {
+                        if stage == 1 {
+                            // Bring the rail back, wait for the re-arm.
+                            topo.link(plan.cut, far, true)?;
+                            stage = 3;
+                        } else {
+                            std::fs::write(dir.join("stop"), b"").map_err(|e| e.to_string())?;
+                            stage = 7;
+                        }
                     }
                 }
                 3 if who == "send" && line.contains("re-armed as the standby") => {
                     stage = 4;
-                }
-                // A standby lost again (a loaded machine can starve a probe): wait for the next
-                // re-arm before taking the other rail away.
-                4 if line.contains("standby path") && line.contains("lost") => {
-                    stage = 3;
-                }
-                // Redundancy is back: cut the other rail (now the active one).
-                4 if who == "recv" && line.starts_with("PROGRESS") => {
-                    topo.link(1, !far, false)?;
-                    stage = 5;
-                }
-                5 | 6 if line.contains("NET/HA : failover") => {
-                    stage += 1;
-                    if stage == 7 {
-                        std::fs::write(dir.join("stop"), b"").map_err(|e| e.to_string())?;
-                    }
                 }
                 _ => {}
             }
@@ -302,6 +400,7 @@ fn drill(i: usize, far: bool) -> Result<DrillResult, String> {
             }
         }
     })();
+    let paused = pauser.map(|t| t.join().unwrap_or_else(|_| "pause thread panicked".into()));
     let outcome = result
         .and_then(|_| wait_exit(send, "send"))
         .and_then(|_| wait_exit(recv, "recv"));
@@ -356,10 +455,31 @@ fn drill(i: usize, far: bool) -> Result<DrillResult, String> {
             .next_back()
             .unwrap_or(0)
     };
+    let lost: u64 = ["send", "recv"]
+        .iter()
+        .map(|who| sum_field(&dir, who, "standby_lost"))
+        .sum::<u64>()
+        .saturating_sub(plan.explained);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(DrillResult {
         stall1_ms: grab("GAP1"),
         stall2_ms: grab("GAP2"),
         messages: grab("MESSAGES"),
+        standby_lost: lost,
+        paused,
+        cuts: plan.cuts.clone(),
     })
+}
+
+/// The sum of numeric field `key` over every connection line of `who`'s stats file.
+fn sum_field(dir: &Path, who: &str, key: &str) -> u64 {
+    let Ok(s) = std::fs::read_to_string(dir.join(format!("stats-{who}.json"))) else {
+        return 0;
+    };
+    s.lines()
+        .filter_map(|l| {
+            let i = l.find(&format!("\"{key}\":"))? + key.len() + 3;
+            l[i..].split([',', '}']).next()?.parse::<u64>().ok()
+        })
+        .sum()
 }

@@ -25,17 +25,51 @@
 //!
 //! # Failures
 //! Protection violations at the responder are NAKed before memory is touched: the requester's
-//! WR completes `RemAccessErr`, both queue pairs go to ERR. No ACK/READ_RESP/keep-alive for
-//! `retry_timeout` while a WR is outstanding, failing to connect for `retry_timeout`, or the
-//! outbound stream breaking with WRs outstanding completes the oldest WR `RetryExcErr` (the
-//! rest flush); a stream that breaks while idle fails the next posted WR that way. Protocol
-//! garbage puts only that queue pair into ERR (`RemOpErr` when it came on the stream that
-//! carries its own requests' replies, plain flushes when it came on the inbound stream).
+//! WR completes `RemAccessErr`, both queue pairs go to ERR. Protocol garbage puts only that
+//! queue pair into ERR (`RemOpErr` when it came on the stream that carries its own requests'
+//! replies, plain flushes when it came on the inbound stream).
+//!
+//! Link failures are judged the way RC hardware judges them: by whether the peer's *NIC*
+//! answers, not its threads. Here the peer's kernel is the NIC (it acknowledges TCP whether or
+//! not the peer's process runs), so a peer that is stopped, throttled, swapped out or in a
+//! debugger is waited for like a slow one, for as long as it takes. Exactly these end a queue
+//! pair with `RetryExcErr` on its oldest WR (the rest flush):
+//! - *The retry window passes with no ACK from the peer's responder AND the link is dead*:
+//!   `retry_timeout` (`HA_NCCL_SOCK_RETRY_MS`) without an ACK/READ_RESP/keep-alive frame while
+//!   a WR is outstanding only makes the ack reader consult the link ([`liveness`]): the link is
+//!   dead once TCP has waited a whole `retry_timeout` for the peer's kernel — segments
+//!   unacknowledged, or keep-alive probes unanswered, or window probes unanswered (then for at
+//!   least [`liveness::PROBE_GRACE`], 3 s: a live peer's kernel rate-limits its answers to
+//!   them) — with no acknowledgement arriving. `TCP_INFO` is sampled on
+//!   every idle tick (`ack_tick`), so the window counts from when TCP started waiting.
+//! - *Kernel keep-alive* is on for every stream (probe after 1 s of silence, every 1 s): a
+//!   stream whose bytes were all acknowledged but whose answer never came (the peer's process
+//!   stopped, then the link died) still sees its probes go unanswered. `TCP_USER_TIMEOUT` is
+//!   NOT used: Linux then also ends a connection whose receive window stays closed that long,
+//!   i.e. a stopped peer with a full buffer (measured: bench/results/2026-11-25-tcp-liveness.md).
+//! - *A hard socket error*: failing to connect for `retry_timeout`, the outbound stream reset,
+//!   closed or failing (including the kernel's own keep-alive verdict, `ETIMEDOUT`) with WRs
+//!   outstanding; a stream that breaks while idle fails the next posted WR that way.
+//!
+//! The judge's last verdict is what `QueuePair::link_alive` reports (alive on any frame from
+//! the peer; otherwise the verdict of the last idle tick): the connection layer waits out a
+//! stall on a link that answers instead of fencing a healthy primary over a stopped peer.
+//!
+//! A late timer is no miss: the judge reads what TCP did meanwhile, so an ack reader that
+//! itself did not run for a while (this process stopped) finds the peer's ACKs and carries on.
+//! The responder never fails a queue pair: a request stalled in the middle is waited for
+//! while the link lives, and the stream is hung up (without touching the queue pair) only when
+//! the link is dead, or a retry window after the target region began being deregistered (so
+//! `dereg_mr` waits for a placement in progress, but never longer than that for a stopped peer). A rewrite of this fabric's I/O must keep these semantics: the regression
+//! tests are `tests/liveness.rs` here (real dead links in a private network namespace),
+//! `liveness.rs`'s unit tests, and the stop drill (`scripts/drill/stop-drill.sh`, run by
+//! `ha-harness`'s `stop_drill` test).
 
 mod cq;
 mod domain;
 mod limits;
 mod listener;
+mod liveness;
 mod mr;
 mod net;
 mod pd;
@@ -171,6 +205,8 @@ fn device_info(index: usize, rail: &SockRail, limits: DeviceLimits) -> DeviceInf
         link_layer: LinkLayer::Ethernet,
         limits,
         ptr_support: crate::fabric::PTR_HOST,
+        // A frame's total length is a 32-bit field.
+        max_msg_bytes: u64::from(u32::MAX),
     }
 }
 
@@ -264,6 +300,11 @@ impl SockEndpoint {
             nonce,
         })
     }
+}
+
+/// Whether `ip` is an address of this host (it can be bound): a rail must be one.
+pub fn check_rail_address(ip: IpAddr) -> std::io::Result<()> {
+    net::listen(ip).map(drop)
 }
 
 static LIVE_THREADS: AtomicUsize = AtomicUsize::new(0);

@@ -40,6 +40,11 @@ impl MrEntry {
         Some(pin)
     }
 
+    /// Being deregistered: whoever holds a pin while waiting on a peer should let go.
+    pub fn dying(&self) -> bool {
+        self.dead.load(SeqCst)
+    }
+
     /// Mark dead and wait until no pin is held.
     fn kill(&self) {
         self.dead.store(true, SeqCst);

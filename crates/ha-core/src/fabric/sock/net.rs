@@ -80,13 +80,82 @@ fn big_buffers(fd: RawFd) {
     let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, SOCK_BUF_BYTES);
 }
 
-/// Options of every data stream: no Nagle, big buffers, blocking, receive timeout `tick`.
+/// Options of every data stream: no Nagle, big buffers, blocking, receive timeout `tick`,
+/// kernel keep-alive (see [`keepalive`]).
 pub fn tune_stream(s: &TcpStream, tick: Duration) -> io::Result<()> {
     s.set_nodelay(true)?;
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(tick))?;
     big_buffers(s.as_raw_fd());
-    Ok(())
+    keepalive(s.as_raw_fd())
+}
+
+/// Seconds of silence from the peer before the kernel probes it (`TCP_KEEPIDLE`), and between
+/// probes (`TCP_KEEPINTVL`): the smallest the kernel takes.
+const KEEPALIVE_SECS: libc::c_int = 1;
+/// Unanswered keep-alive probes before the kernel itself ends the connection
+/// (`TCP_KEEPCNT`): a backstop; the fabric's own judge ([`super::liveness`]) decides first.
+const KEEPALIVE_PROBES: libc::c_int = 20;
+
+/// Kernel keep-alive: a stream that has been silent for a second is probed by the kernel,
+/// which the peer's kernel answers whether or not the peer's process runs. So a stream whose
+/// bytes were all acknowledged still tells a live peer from a dead link (unanswered probes),
+/// which is what the liveness judge reads from `TCP_INFO`. `TCP_USER_TIMEOUT` is deliberately
+/// NOT set: with it, Linux also ends a connection whose receive window stays closed for that
+/// long, i.e. exactly the peer that is stopped with its buffer full (measured, see
+/// bench/results/2026-11-25-tcp-liveness.md).
+pub fn keepalive(fd: RawFd) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, KEEPALIVE_SECS)?;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, KEEPALIVE_SECS)?;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, KEEPALIVE_PROBES)
+}
+
+/// What TCP says about a stream right now (`TCP_INFO`), as far as liveness goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpSample {
+    /// The connection is `ESTABLISHED`.
+    pub established: bool,
+    /// Segments sent and not acknowledged by the peer's kernel.
+    pub unacked: u32,
+    /// Zero-window or keep-alive probes sent and not answered.
+    pub probes: u8,
+    /// Time since the last acknowledgement from the peer's kernel arrived.
+    pub since_ack: Duration,
+    /// The peer's receive window is closed (or the kernel does not say): probes are window
+    /// probes, not keep-alive ones.
+    pub zero_window: bool,
+}
+
+/// `TCP_ESTABLISHED` of the kernel's `tcp_states.h` (libc does not export it).
+const TCP_ESTABLISHED: u8 = 1;
+
+/// Sample `TCP_INFO` of stream `fd`.
+pub fn tcp_sample(fd: RawFd) -> io::Result<TcpSample> {
+    // SAFETY: tcp_info is plain old data; all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { mem::zeroed() };
+    let mut len = mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info`/`len` are valid out-parameters of the size passed; the kernel writes at
+    // most `len` bytes and reports how many.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            &mut info as *mut libc::tcp_info as *mut libc::c_void,
+            &mut len,
+        )
+    })?;
+    // `tcpi_snd_wnd` came late (Linux 6.2); a kernel that does not fill it reads as a closed
+    // window, the cautious reading.
+    let full = len as usize >= mem::offset_of!(libc::tcp_info, tcpi_snd_wnd) + 4;
+    Ok(TcpSample {
+        established: info.tcpi_state == TCP_ESTABLISHED,
+        unacked: info.tcpi_unacked,
+        probes: info.tcpi_probes,
+        since_ack: Duration::from_millis(u64::from(info.tcpi_last_ack_recv)),
+        zero_window: !full || info.tcpi_snd_wnd == 0,
+    })
 }
 
 /// Traffic class of a stream's packets: `IP_TOS` (IPv4) or `IPV6_TCLASS` (IPv6). For TCP the

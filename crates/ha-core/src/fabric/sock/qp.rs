@@ -119,6 +119,7 @@ impl SockQp {
             rq_cv: Condvar::new(),
             place: RwLock::new(()),
             fail_mx: Mutex::new(()),
+            link: AtomicU8::new(super::qp_state::LINK_UNKNOWN),
             _held: Held::new(Resource::Qp),
         });
         let target: Weak<dyn InboundTarget> = Arc::downgrade(&shared) as Weak<dyn InboundTarget>;
@@ -252,6 +253,15 @@ impl QueuePair for SockQp {
             s.fail(Some(c));
         }
         Ok(())
+    }
+
+    fn link_alive(&self) -> Option<bool> {
+        use super::qp_state::{LINK_ALIVE, LINK_DEAD};
+        match self.shared.link.load(SeqCst) {
+            LINK_ALIVE => Some(true),
+            LINK_DEAD => Some(false),
+            _ => None,
+        }
     }
 
     fn post_recv(&self, wr_id: u64) -> Result<()> {

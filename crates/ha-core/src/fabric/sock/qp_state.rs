@@ -96,8 +96,15 @@ pub struct QpShared {
     /// Shared around every copy into or out of memory; exclusive = the `to_err` fence.
     pub place: RwLock<()>,
     pub(super) fail_mx: Mutex<()>,
+    /// The ack reader's last word on the link: [`LINK_UNKNOWN`], [`LINK_ALIVE`] or
+    /// [`LINK_DEAD`].
+    pub(super) link: AtomicU8,
     pub(super) _held: Held,
 }
+
+pub(super) const LINK_UNKNOWN: u8 = 0;
+pub(super) const LINK_ALIVE: u8 = 1;
+pub(super) const LINK_DEAD: u8 = 2;
 
 impl QpShared {
     /// The traffic class asked at creation (`QpCaps`).

@@ -6,16 +6,18 @@
 //! READ request), starting at 0 on each stream. An ACK for PSN p completes every WR whose
 //! last frame is at or before p; READ responses carry their request's PSN.
 
+use super::liveness::{LinkWatch, Liveness};
 use super::mr::{MrEntry, MrPin};
 use super::net;
-use super::qp_state::QpShared;
+use super::qp_state::{QpShared, LINK_ALIVE, LINK_DEAD};
 use super::reader::{Abort, FrameReader, Watch};
 use super::wire::{flags, syndrome, Header, Hello, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
 use crate::fabric::counters::{self, Counted};
 use crate::fabric::{SendOp, WcStatus};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -226,9 +228,14 @@ fn send_loop(qp: &QpShared, stream: &TcpStream) {
     }
 }
 
-/// The ack reader's view of time: the retry timer.
+/// The ack reader's view of time: the retry timer, and the link's liveness below the peer's
+/// threads.
 struct AckWatch<'a> {
     qp: &'a QpShared,
+    link: &'a mut LinkWatch,
+    fd: RawFd,
+    /// The local region a READ response is being placed into, if any.
+    region: Option<&'a MrEntry>,
 }
 
 impl Watch for AckWatch<'_> {
@@ -236,6 +243,18 @@ impl Watch for AckWatch<'_> {
         if self.qp.dead() {
             return Err(Abort::Stop);
         }
+        if self.region.is_some_and(|m| m.dying()) && idle > self.qp.pd.tun.retry_timeout {
+            // A READ response stalled a retry window while its target is being deregistered:
+            // let go of it.
+            return Err(Abort::Expired);
+        }
+        // Sampled on every tick, so the judge knows how long TCP has been waiting.
+        let live = self.link.check(self.fd, Instant::now());
+        let word = match live {
+            Liveness::Alive => LINK_ALIVE,
+            Liveness::Dead(_) => LINK_DEAD,
+        };
+        self.qp.link.store(word, Ordering::SeqCst);
         // Any byte from the responder (say, inside a large READ response segment) counts
         // as a sign of life, like the frames that set `last_progress`.
         let retry = self.qp.pd.tun.retry_timeout;
@@ -244,7 +263,13 @@ impl Watch for AckWatch<'_> {
             && sq.wrs.front().is_some_and(|e| e.started)
             && sq.last_progress.elapsed() > retry
         {
-            return Err(Abort::Expired);
+            // No ACK from the peer's responder for the retry window. RC retries count the
+            // peer's NIC, not its threads: while the peer's kernel still answers TCP (a stopped
+            // or slow process), keep waiting; only a link that stopped answering fails.
+            if let Liveness::Dead(why) = live {
+                tracing::debug!("sock: qp {}: link dead: {why}", self.qp.qpn);
+                return Err(Abort::Expired);
+            }
         }
         Ok(())
     }
@@ -279,7 +304,8 @@ struct ReadCtx {
 
 fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     let mut rd = FrameReader::new(stream.as_raw_fd());
-    let end = ack_loop(&qp, &mut rd);
+    let mut link = LinkWatch::new(qp.pd.tun.retry_timeout);
+    let end = ack_loop(&qp, &mut rd, &mut link, stream.as_raw_fd());
     match end {
         End::Abort(Abort::Stop) => {}
         End::Abort(Abort::Expired) => {
@@ -309,13 +335,21 @@ fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     drop(stream);
 }
 
-fn ack_loop(qp: &QpShared, rd: &mut FrameReader) -> End {
+fn ack_loop(qp: &QpShared, rd: &mut FrameReader, link: &mut LinkWatch, fd: RawFd) -> End {
     let mut cur: Option<ReadCtx> = None;
     loop {
-        let hb = match rd.next_header(&mut AckWatch { qp }) {
+        let mut w = AckWatch {
+            qp,
+            link: &mut *link,
+            fd,
+            region: None,
+        };
+        let hb = match rd.next_header(&mut w) {
             Ok(b) => b,
             Err(a) => return End::Abort(a),
         };
+        // A frame from the peer: the link answers.
+        qp.link.store(LINK_ALIVE, Ordering::SeqCst);
         let h = match Header::decode(&hb, MAX_SEGMENT_BYTES) {
             Ok(h) if !h.op.is_request() => h,
             Ok(h) => return End::Garbage(format!("request {:?} on a reply stream", h.op)),
@@ -340,7 +374,7 @@ fn ack_loop(qp: &QpShared, rd: &mut FrameReader) -> End {
                     _ => WcStatus::RemInvReqErr,
                 });
             }
-            Op::ReadResp => on_read_resp(qp, rd, &h, &mut cur),
+            Op::ReadResp => on_read_resp(qp, rd, &h, &mut cur, link, fd),
             Op::Write | Op::ReadReq => unreachable!("filtered above"),
         };
         if let Err(e) = r {
@@ -354,6 +388,8 @@ fn on_read_resp(
     rd: &mut FrameReader,
     h: &Header,
     cur: &mut Option<ReadCtx>,
+    link: &mut LinkWatch,
+    fd: RawFd,
 ) -> Result<(), End> {
     if h.has(flags::FIRST) {
         if cur.is_some() {
@@ -414,11 +450,17 @@ fn on_read_resp(
             return Err(End::Fail(WcStatus::LocProtErr));
         };
         let dst = (c.addr + c.off as usize) as *mut u8;
+        let mut w = AckWatch {
+            qp,
+            link,
+            fd,
+            region: c.mr.as_deref(),
+        };
         // SAFETY: the local check at post time put [addr, addr+total) inside the pinned
         // registration (with LOCAL_WRITE) and `off + len <= total`; the pin keeps the
         // registration (hence, by the reg_mr contract, the memory) alive, and holding
         // `place` shared keeps the to_err fence from passing this copy.
-        let r = unsafe { rd.read_payload(dst, len as usize, &mut AckWatch { qp }) };
+        let r = unsafe { rd.read_payload(dst, len as usize, &mut w) };
         drop(pin);
         drop(g);
         r?;

@@ -4,6 +4,7 @@
 //! for WRITE_WITH_IMM (waiting for one, with keep-alives, when none is posted), streams READ
 //! responses, and ACKs (cumulative, coalesced while more frames are already buffered).
 
+use super::liveness::{LinkWatch, Liveness};
 use super::mr::MrEntry;
 use super::net;
 use super::qp_state::QpShared;
@@ -16,7 +17,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Coalesced ACKs are sent at least every this many frames.
 const ACK_EVERY: u32 = 64;
@@ -37,8 +38,16 @@ enum End {
     Nak { psn: u32, syndrome: u32 },
 }
 
+/// The responder's view of time: a request stalled in the middle is waited for as long as the
+/// link is alive (a stopped peer resumes where it stopped), except on a dead link, and for at
+/// most the retry window while its target region is being deregistered (so `dereg_mr` waits for
+/// a placement in progress, but not for a peer that stopped in the middle of one).
 struct RxWatch<'a> {
     qp: &'a QpShared,
+    link: &'a mut LinkWatch,
+    fd: RawFd,
+    /// The region being written into, if any.
+    region: Option<&'a MrEntry>,
 }
 
 impl Watch for RxWatch<'_> {
@@ -46,8 +55,18 @@ impl Watch for RxWatch<'_> {
         if self.qp.dead() {
             return Err(Abort::Stop);
         }
-        if mid_frame && idle > self.qp.pd.tun.retry_timeout {
-            return Err(Abort::Expired);
+        let live = self.link.check(self.fd, Instant::now());
+        if !mid_frame {
+            return Ok(());
+        }
+        if idle > self.qp.pd.tun.retry_timeout {
+            if self.region.is_some_and(|m| m.dying()) {
+                return Err(Abort::Expired);
+            }
+            if let Liveness::Dead(why) = live {
+                tracing::debug!("sock: qp {}: inbound link dead: {why}", self.qp.qpn);
+                return Err(Abort::Expired);
+            }
         }
         Ok(())
     }
@@ -70,6 +89,7 @@ struct Responder<'a> {
     qp: &'a QpShared,
     fd: RawFd,
     rd: FrameReader,
+    link: LinkWatch,
     seq: RequestSeq,
     cur: Option<WriteCtx>,
     /// ACK not yet sent: (psn, ended a WR), and how many frames it covers.
@@ -96,6 +116,7 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
         qp: &qp,
         fd,
         rd: FrameReader::new(fd),
+        link: LinkWatch::new(qp.pd.tun.retry_timeout),
         seq: RequestSeq::new(),
         cur: None,
         pending: None,
@@ -139,7 +160,13 @@ impl Responder<'_> {
                     return e;
                 }
             }
-            let hb = match self.rd.next_header(&mut RxWatch { qp: self.qp }) {
+            let mut w = RxWatch {
+                qp: self.qp,
+                link: &mut self.link,
+                fd: self.fd,
+                region: None,
+            };
+            let hb = match self.rd.next_header(&mut w) {
                 Ok(b) => b,
                 Err(a) => return self.abort(a),
             };
@@ -248,7 +275,12 @@ impl Responder<'_> {
                 });
             };
             let body_end = b.min(c.tail_start);
-            let mut w = RxWatch { qp };
+            let mut w = RxWatch {
+                qp,
+                link: &mut self.link,
+                fd: self.fd,
+                region: c.mr.as_deref(),
+            };
             let mut r = Ok(());
             if a < body_end {
                 // SAFETY: [raddr, raddr+total) was checked to lie inside the pinned

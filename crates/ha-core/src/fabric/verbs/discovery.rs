@@ -25,6 +25,8 @@ pub struct PortInfo {
     pub speed_mbps: i32,
     pub lid: u16,
     pub gid_tbl_len: i32,
+    /// `max_msg_sz` of the port.
+    pub max_msg_sz: u32,
     pub guid: u64,
     pub pci_path: Option<String>,
     pub attr: DevAttr,
@@ -51,6 +53,7 @@ impl PortInfo {
             },
             // Host memory; the fabric adds the GPU bits GPUDirect detection finds (`gdr`).
             ptr_support: PTR_HOST,
+            max_msg_bytes: u64::from(self.max_msg_sz),
         }
     }
 }
@@ -159,6 +162,7 @@ fn query_port(
         speed_mbps: speed_mbps(pa.active_width, pa.active_speed),
         lid: pa.lid,
         gid_tbl_len: pa.gid_tbl_len,
+        max_msg_sz: pa.max_msg_sz,
         guid: list.guid(i),
         pci_path: pci_path(name),
         attr,
@@ -219,6 +223,7 @@ mod tests {
             speed_mbps: 100_000,
             lid: 0,
             gid_tbl_len: 16,
+            max_msg_sz: 1 << 30,
             guid: 0x1234,
             pci_path: Some("/sys/devices/pci0000:00/0000:00:02.0".into()),
             attr: DevAttr {
@@ -240,6 +245,7 @@ mod tests {
         );
         assert_eq!(d.ptr_support, PTR_HOST);
         assert_eq!(d.link_layer, LinkLayer::Ethernet);
+        assert_eq!(d.max_msg_bytes, 1 << 30);
         assert!(describe(&p).contains("ACTIVE"));
         assert!(describe(&p).contains("MTU 4096"));
     }

@@ -3,9 +3,12 @@
 //! a consumer (the failover engine) reads or waits on.
 //!
 //! Health: `PORT_ERR` clears it, `PORT_ACTIVE` sets it again, `DEVICE_FATAL` clears it for
-//! good. GID/LID changes and QP/CQ errors are counted and kept but leave the flag alone
-//! (a QP error is that connection's business; its completions say so too). Events arrive only
-//! while the device is open (some PD of it is alive); each `open_pd` re-reads the port state.
+//! good, `CQ_ERR` (the device's shared completion queue overran: completions of every
+//! connection on it may be lost, so none of them can trust its accounting) clears it until the
+//! device is opened afresh (with new queues). GID/LID changes and QP errors are counted and
+//! kept but leave the flag alone (a QP error is that connection's business; its completions
+//! say so too). Events arrive only while the device is open (some PD of it is alive); each
+//! `open_pd` re-reads the port state.
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -116,6 +119,8 @@ const RECENT: usize = 64;
 struct State {
     healthy: bool,
     fatal: bool,
+    /// A completion queue of this device overran (until the device is opened afresh).
+    cq_lost: bool,
     count: u64,
     recent: VecDeque<AsyncEvent>,
 }
@@ -134,6 +139,7 @@ impl PortEvents {
             state: Mutex::new(State {
                 healthy,
                 fatal: false,
+                cq_lost: false,
                 count: 0,
                 recent: VecDeque::with_capacity(RECENT),
             }),
@@ -146,7 +152,8 @@ impl PortEvents {
         &self.name
     }
 
-    /// False after `PORT_ERR` (until `PORT_ACTIVE`) and forever after `DEVICE_FATAL`.
+    /// False after `PORT_ERR` (until `PORT_ACTIVE`), after `CQ_ERR` (until reopened) and
+    /// forever after `DEVICE_FATAL`.
     pub fn healthy(&self) -> bool {
         self.state.lock().healthy
     }
@@ -186,7 +193,11 @@ impl PortEvents {
         let mut s = self.state.lock();
         match kind {
             AsyncEventKind::PortErr => s.healthy = false,
-            AsyncEventKind::PortActive => s.healthy = !s.fatal,
+            AsyncEventKind::PortActive => s.healthy = !s.fatal && !s.cq_lost,
+            AsyncEventKind::CqErr => {
+                s.cq_lost = true;
+                s.healthy = false;
+            }
             AsyncEventKind::DeviceFatal => {
                 s.fatal = true;
                 s.healthy = false;
@@ -208,9 +219,11 @@ impl PortEvents {
         e
     }
 
-    /// Set health from a fresh port query (device (re)opened), unless the device died.
+    /// Set health from a fresh port query (device (re)opened, its queues new), unless the
+    /// device died.
     pub fn set_port_active(&self, active: bool) {
         let mut s = self.state.lock();
+        s.cq_lost = false;
         s.healthy = active && !s.fatal;
     }
 }
@@ -243,6 +256,20 @@ mod tests {
             [AsyncEventKind::DeviceFatal, AsyncEventKind::PortActive]
         );
         assert_eq!(p.events_after(0)[3].qp_num, Some(17));
+    }
+
+    /// A completion-queue overrun loses completions of every connection on the device: their
+    /// paths there must fail over (before, `CQ_ERR` left the device healthy and the
+    /// connections waited on completions that were gone).
+    #[test]
+    fn a_completion_queue_overrun_makes_the_device_unhealthy_until_reopened() {
+        let p = PortEvents::new("d:1".into(), true);
+        p.record(AsyncEventKind::CqErr, None);
+        assert!(!p.healthy(), "CQ_ERR must take the device out of service");
+        p.record(AsyncEventKind::PortActive, None);
+        assert!(!p.healthy(), "a port event does not repair a lost queue");
+        p.set_port_active(true);
+        assert!(p.healthy(), "reopened with fresh queues: usable again");
     }
 
     #[test]

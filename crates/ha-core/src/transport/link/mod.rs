@@ -1,18 +1,22 @@
 //! The multi-path core both sides of a connection share: its paths (primary and standby),
 //! which one is active, the failover phase, the control channel (mailbox messages written
-//! with WRITE_WITH_IMM), heartbeats of the standby, the soft timeout, keep-alive probes of a
-//! waiting connection, and re-arming a failed path with a fresh queue pair.
+//! with WRITE_WITH_IMM), and which completions reach the data machines.
 //!
-//! Re-arming a failed path with a fresh queue pair is in `rearm.rs`.
+//! The periodic duties (soft timeout, port events, standby heartbeats, keep-alive) are in
+//! `timers.rs`, hard failures and the switch in `failure.rs`, re-arming a failed path with a
+//! fresh queue pair in `rearm.rs`.
 //!
-//! A failover, seen from here: an error completion (or a stalled work request, or the peer's
-//! word) on the active path fences it (ERR) and enters `Failing`; the side-specific driver
-//! finishes the switch once the fenced path is drained (see `send.rs`, `recv.rs`).
+//! A failover, seen from here: an error completion (or a port event or stalled work request
+//! with a verified standby to move to, or the peer's word) on the active path fences it (ERR)
+//! and enters `Failing`; the side-specific driver finishes the switch once the fenced path is
+//! drained (see `send.rs`, `recv.rs`). Soft signals never end a connection: with nothing to
+//! move to, only a hard error does (an error completion, the peer's explicit failure), as on
+//! plain RC. After the switch, completions of any other path are dropped and counted.
 
 use super::ha::HaCfg;
 use super::path::{Health, Path};
 use super::region::Region;
-use super::stats::{unix_ms, Stats};
+use super::stats::Stats;
 use crate::engine::Lease;
 use crate::fabric::counters::{Held, Resource};
 use crate::fabric::{Completion, SendOp, SendWr, Sge, WcOpcode, WcStatus};
@@ -22,7 +26,11 @@ use ha_proto::data::layout::{
 use ha_proto::data::ProtoError;
 use std::time::Instant;
 
+mod failure;
 mod rearm;
+mod timers;
+
+pub use timers::{Drain, SoftClock};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -71,10 +79,19 @@ pub enum Event {
     Nothing,
 }
 
+/// A re-arm the sender started: path `index`'s new queue pair, offered to the peer in
+/// attempt `attempt` at `sent`.
+struct Rearming {
+    index: usize,
+    path: Path,
+    attempt: u64,
+    sent: Instant,
+}
+
 pub struct Link {
     // Drop order: paths (fenced) first, then the memory they may touch, then the leases.
     pub paths: Vec<Option<Path>>,
-    rearm: Option<(usize, Path, Instant)>,
+    rearm: Option<Rearming>,
     pub active: usize,
     /// Own remotely written region (FIFO or records, then the mailbox).
     pub region: Region,
@@ -95,6 +112,16 @@ pub struct Link {
     waiting_since: Option<Instant>,
     /// Re-armed paths not yet verified by a completion.
     rearmed: Vec<usize>,
+    /// Attempts of re-arm started (the sender's; answers must name the current one).
+    rearm_attempts: u64,
+    /// Soft timers' clock (a late tick does not count as a miss).
+    clock: SoftClock,
+    /// The last poll stopped at `max_poll`: completions may be waiting in the inboxes.
+    backlog: bool,
+    /// A soft timeout with nowhere to move was logged (until it clears).
+    stall_noted: bool,
+    /// A failover waiting on the peer past its deadline was logged.
+    slow_noted: bool,
     pub name: String,
     pub stats_file: String,
     holds: Vec<Lease>,
@@ -126,6 +153,7 @@ impl Link {
             .map(|p| format!("dev {} qp {}", p.device().dev, p.qp.qp_num()))
             .collect();
         let name = format!("{} [{}]", parts.role.name(), names.join(" | "));
+        let clock = SoftClock::new(Instant::now(), parts.cfg.late_tick());
         if parts.paths.len() == 1 {
             tracing::info!("NET/HA : {name}: one path (no standby)");
         }
@@ -149,6 +177,11 @@ impl Link {
             last_failure: None,
             waiting_since: None,
             rearmed: Vec::new(),
+            rearm_attempts: 0,
+            clock,
+            backlog: false,
+            stall_noted: false,
+            slow_noted: false,
             name,
             stats_file: parts.stats_file,
             holds,
@@ -204,19 +237,14 @@ impl Link {
     /// Drain up to `max_poll` completions and run the periodic duties: what the side must act
     /// on, in order.
     pub fn pump(&mut self) -> Vec<Event> {
-        let mut events: Vec<Event> = self
-            .poll(self.cfg.max_poll)
+        let polled = self.poll(self.cfg.max_poll);
+        self.backlog = polled.len() >= self.cfg.max_poll;
+        let mut events: Vec<Event> = polled
             .into_iter()
             .map(|(i, c)| self.classify(i, c))
             .collect();
         events.push(self.tick());
         events
-    }
-
-    /// The fenced path of failover `f` has flushed everything (or its watchdog expired).
-    pub fn drained(&self, f: &Failing) -> bool {
-        self.paths[f.from].as_ref().is_none_or(|p| p.drained())
-            || f.since.elapsed() > self.cfg.drain_watchdog()
     }
 
     /// Pop up to `max` completions from every path's inbox, each with the path it belongs to
@@ -229,7 +257,11 @@ impl Link {
             .iter()
             .enumerate()
             .filter_map(|(i, p)| p.as_ref().map(|p| (Some(i), p.route.inbox.clone())))
-            .chain(self.rearm.as_ref().map(|r| (None, r.1.route.inbox.clone())))
+            .chain(
+                self.rearm
+                    .as_ref()
+                    .map(|r| (None, r.path.route.inbox.clone())),
+            )
             .collect::<Vec<_>>();
         for (i, inbox) in inboxes {
             while out.len() < max {
@@ -246,24 +278,21 @@ impl Link {
     pub(crate) fn classify(&mut self, path: Option<usize>, c: Completion) -> Event {
         let Some(i) = path.filter(|&i| self.paths.get(i).is_some_and(|p| p.is_some())) else {
             // The pending re-arm path: only its receives matter before it is connected.
-            if let Some((_, p, _)) = self.rearm.as_mut() {
-                if c.opcode == WcOpcode::RecvRdmaWithImm
-                    || decode_wr_id(c.wr_id).0 == Some(WrKind::Recv)
-                {
-                    let _ = p.on_recv_completion(&c);
+            if let Some(r) = self.rearm.as_mut() {
+                if is_recv(&c) {
+                    let _ = r.path.on_recv_completion(&c);
                 } else {
-                    p.on_send_completion(&c);
+                    r.path.on_send_completion(&c);
                 }
             }
             return Event::Nothing;
         };
-        let is_recv =
-            c.opcode == WcOpcode::RecvRdmaWithImm || decode_wr_id(c.wr_id).0 == Some(WrKind::Recv);
+        let recv = is_recv(&c);
         let kind = decode_wr_id(c.wr_id).0;
         let path = self.path_mut(i);
         let fenced = path.health == Health::Failed;
         let unverified = path.health == Health::Unverified;
-        if is_recv {
+        if recv {
             if let Err(e) = path.on_recv_completion(&c) {
                 return self.path_error(
                     i,
@@ -297,7 +326,7 @@ impl Link {
             };
             return self.path_error(i, c.status, format!("{what} completed with {:?}", c.status));
         }
-        if is_recv {
+        if recv {
             let imm = c.imm.unwrap_or(0);
             if let Some(slot) = ctrl_slot(imm) {
                 return match CtrlMsg::read(&self.region.words, self.mailbox_base, slot) {
@@ -308,75 +337,31 @@ impl Link {
                     }
                 };
             }
+        } else if !matches!(kind, Some(WrKind::Data) | Some(WrKind::Record)) {
+            // Clear-to-sends, probes and control messages: nothing for the data machines.
+            return Event::Nothing;
+        }
+        self.data_event(i, c)
+    }
+
+    /// A successful data completion (a receive with a data immediate, a payload or record
+    /// write) of path `i`: for the data machine only if it comes from the active path, or
+    /// from the path being failed over from (what it completed before the fence). After the
+    /// switch nothing of another path may complete a request (the replay, decided by the
+    /// drained fence, covers it), so such a completion is dropped and counted.
+    fn data_event(&mut self, i: usize, c: Completion) -> Event {
+        let from = self.failing().map(|f| f.from);
+        if i == self.active || from == Some(i) {
             return Event::Data(c);
         }
-        match kind {
-            Some(WrKind::Probe) | Some(WrKind::Ctrl) => Event::Nothing,
-            _ => Event::Data(c),
-        }
-    }
-
-    /// Path `i` failed with `status`: fence it; fail over if it was the active path and the
-    /// other one is usable, else the connection is dead.
-    pub fn path_error(&mut self, i: usize, status: WcStatus, cause: String) -> Event {
-        if matches!(self.phase, Phase::Dead) {
-            return Event::Nothing;
-        }
-        if let Some(p) = self.paths[i].as_mut() {
-            p.fence();
-        }
-        self.last_failure = Some(Instant::now());
-        let other = 1 - i.min(1);
-        let failing_to = self.failing().map(|f| f.to);
-        if i != self.active && failing_to != Some(i) {
-            if self.rearmed.contains(&i) {
-                self.rearmed.retain(|&d| d != i);
-                tracing::debug!(
-                    "NET/HA : {}: re-arm of path {i} did not verify ({cause}); retrying after the hold-down",
-                    self.name
-                );
-                return Event::Nothing;
-            }
-            tracing::warn!(
-                "NET/HA : {}: standby path {i} lost ({cause}); redundancy lost until it is re-armed",
-                self.name
-            );
-            return Event::Nothing;
-        }
-        if failing_to.is_none() && self.paths.len() > 1 && self.usable(other) {
-            tracing::info!(
-                "NET/HA : {}: path {i} failed ({cause}); failing over to path {other}",
-                self.name
-            );
-            self.phase = Phase::Failing(Failing {
-                from: i,
-                to: other,
-                since: Instant::now(),
-                cause,
-                requested: false,
-                switch: None,
-            });
-            return Event::Nothing;
-        }
-        self.phase = Phase::Dead;
+        self.stats.stale_dropped += 1;
         tracing::warn!(
-            "NET/HA : {}: path {i} failed ({cause}) and no other path is usable: connection lost",
-            self.name
+            "NET/HA : {}: completion of path {i} after the switch to path {} dropped (wr_id {:#x})",
+            self.name,
+            self.active,
+            c.wr_id
         );
-        Event::Fatal(ProtoError::Failed {
-            status,
-            what: if self.paths.len() > 1 {
-                "every path of the connection"
-            } else {
-                "the connection's only path"
-            },
-        })
-    }
-
-    /// The peer reported a failure of the active path: fence it and fail over.
-    pub fn peer_failover(&mut self) -> Event {
-        let a = self.active;
-        self.path_error(a, WcStatus::WrFlushErr, "the peer's path failed".into())
+        Event::Nothing
     }
 
     /// Post a control message to the peer's mailbox over path `via`.
@@ -406,122 +391,6 @@ impl Link {
         }])
     }
 
-    /// Periodic duties: soft timeout of the active path, standby heartbeats, failover deadline,
-    /// re-arm of a failed path (the send side starts it).
-    pub fn tick(&mut self) -> Event {
-        let now = Instant::now();
-        match &self.phase {
-            Phase::Dead => return Event::Nothing,
-            Phase::Failing(f) => {
-                if now.duration_since(f.since) > self.cfg.failover_deadline() {
-                    let cause = format!(
-                        "failover to path {} did not complete within {:?}",
-                        f.to,
-                        self.cfg.failover_deadline()
-                    );
-                    let to = f.to;
-                    self.phase = Phase::Normal;
-                    self.active = to;
-                    return self.path_error(to, WcStatus::RetryExcErr, cause);
-                }
-            }
-            Phase::Normal => {
-                let a = self.active;
-                if self.paths.len() > 1 && !self.port_healthy(a) {
-                    let cause = format!(
-                        "port of device {} is down (asynchronous event)",
-                        self.path(a).device().dev
-                    );
-                    let ev = self.path_error(a, WcStatus::RetryExcErr, cause);
-                    if !matches!(ev, Event::Nothing) {
-                        return ev;
-                    }
-                }
-                if self.paths.len() > 1 && self.path(a).stalled(now, self.cfg.rto) {
-                    let cause = format!("no completion for {:?} (HA_NCCL_RTO_MS)", self.cfg.rto);
-                    let ev = self.path_error(a, WcStatus::RetryExcErr, cause);
-                    if !matches!(ev, Event::Nothing) {
-                        return ev;
-                    }
-                }
-            }
-        }
-        // Heartbeats on the idle standby (a standby whose port is down is lost at once).
-        for i in 0..self.paths.len() {
-            if i == self.active || !self.usable(i) {
-                continue;
-            }
-            if !self.port_healthy(i) {
-                let cause = "its port is down (asynchronous event)".to_string();
-                let ev = self.path_error(i, WcStatus::RetryExcErr, cause);
-                if !matches!(ev, Event::Nothing) {
-                    return ev;
-                }
-                continue;
-            }
-            let hb = self.cfg.heartbeat;
-            let addr = self.peer_addr;
-            let p = self.path_mut(i);
-            if p.probe_due(now, hb) {
-                if let Err(e) = p.probe(addr) {
-                    let ev = self.path_error(i, WcStatus::LocQpOpErr, format!("probe: {e}"));
-                    if !matches!(ev, Event::Nothing) {
-                        return ev;
-                    }
-                }
-            }
-        }
-        if self.role == Role::Send && matches!(self.phase, Phase::Normal) {
-            self.maybe_rearm(now);
-        }
-        Event::Nothing
-    }
-
-    /// Keep-alive: while the connection waits on its peer, probe the active path now and then.
-    pub fn keepalive(&mut self, waiting: bool) -> Event {
-        if !waiting {
-            self.waiting_since = None;
-            return Event::Nothing;
-        }
-        let now = Instant::now();
-        let since = *self.waiting_since.get_or_insert(now);
-        if now.duration_since(since) < self.cfg.keepalive || !matches!(self.phase, Phase::Normal) {
-            return Event::Nothing;
-        }
-        let (a, ka, addr) = (self.active, self.cfg.keepalive, self.peer_addr);
-        let p = self.path_mut(a);
-        if p.probe_due(now, ka) {
-            if let Err(e) = p.probe(addr) {
-                return self.path_error(a, WcStatus::LocQpOpErr, format!("keep-alive probe: {e}"));
-            }
-        }
-        Event::Nothing
-    }
-
-    /// The switch is done: `to` is the active path.
-    pub fn finish_switch(&mut self, to: usize, replayed: usize) {
-        let Phase::Failing(f) = std::mem::replace(&mut self.phase, Phase::Normal) else {
-            return;
-        };
-        self.active = to;
-        self.epoch += 1;
-        self.stats.failovers += 1;
-        self.stats.replays += replayed as u64;
-        self.stats.last_failover_unix_ms = unix_ms();
-        self.stats.last_failover_us = f.since.elapsed().as_micros() as u64;
-        tracing::warn!(
-            "NET/HA : failover {}: path {} (dev {}) -> path {} (dev {}), cause: {}, replayed {}, took {} us",
-            self.name,
-            f.from,
-            self.holds[f.from].dev.dev,
-            to,
-            self.holds[to].dev.dev,
-            f.cause,
-            replayed,
-            self.stats.last_failover_us
-        );
-    }
-
     /// Log (and write) the statistics; called once at close.
     pub fn report(&mut self, duplicates: u64) {
         for i in 0..self.paths.len() {
@@ -539,4 +408,9 @@ impl Link {
         self.stats
             .report(&self.name, self.role.name(), &devices, &self.stats_file);
     }
+}
+
+/// Whether `c` is a receive completion (a peer's WRITE_WITH_IMM).
+fn is_recv(c: &Completion) -> bool {
+    c.opcode == WcOpcode::RecvRdmaWithImm || decode_wr_id(c.wr_id).0 == Some(WrKind::Recv)
 }

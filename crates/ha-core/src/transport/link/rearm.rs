@@ -1,9 +1,12 @@
 //! Re-arming a failed path: the sender offers a fresh queue pair on the failed path's device
-//! over the active path (`Rearm`), the receiver answers with its own (`RearmAck`), both
-//! connect them, and the path comes back as an unverified standby that the next completion
-//! on it verifies. Retried after the hold-down while the port is up and the answer missing.
+//! over the active path (`Rearm`, attempt n), the receiver answers with its own (`RearmAck`,
+//! attempt n), the sender connects and says so over the new path itself (`RearmDone`), whose
+//! completions verify the path on both sides — so a re-arm verifies without any traffic and
+//! the receiver never probes a queue pair whose other end is not connected yet. Messages of an
+//! older epoch (before a switch) or of another attempt are ignored. Retried after the hold-down
+//! while the port is up and the answer missing.
 
-use super::Link;
+use super::{Link, Rearming};
 use crate::transport::path::Path;
 use ha_proto::data::layout::{CtrlKind, CtrlMsg};
 use ha_proto::handshake::PathParams;
@@ -14,8 +17,8 @@ impl Link {
         if !self.cfg.failback || self.paths.len() < 2 {
             return;
         }
-        if let Some((_, _, sent)) = &self.rearm {
-            if now.duration_since(*sent) > self.cfg.rearm_hold * 2 + self.cfg.rto {
+        if let Some(r) = &self.rearm {
+            if now.duration_since(r.sent) > self.cfg.rearm_hold * 2 + self.cfg.rto {
                 self.rearm = None; // no answer: try again after the hold-down
                 self.last_failure = Some(now);
             }
@@ -35,20 +38,29 @@ impl Link {
             return; // hold-down, or the port is still down (PORT_ACTIVE not seen yet)
         }
         self.last_failure = Some(now);
+        self.rearm_attempts += 1;
+        let attempt = self.rearm_attempts;
         let started =
             Path::open(self.holds[d].clone_lease(), self.cfg.traffic_class).and_then(|p| {
                 let msg = CtrlMsg {
                     kind: CtrlKind::Rearm,
                     epoch: self.epoch,
                     a: d as u64,
-                    b: 0,
+                    b: attempt,
                     endpoint: p.qp.local_endpoint(),
                 };
                 let a = self.active;
                 self.send_ctrl(a, &msg).map(|_| p)
             });
         match started {
-            Ok(p) => self.rearm = Some((d, p, now)),
+            Ok(path) => {
+                self.rearm = Some(Rearming {
+                    index: d,
+                    path,
+                    attempt,
+                    sent: now,
+                })
+            }
             Err(e) => tracing::info!(
                 "NET/HA : {}: re-arm of path {d} not started: {e}",
                 self.name
@@ -56,10 +68,37 @@ impl Link {
         }
     }
 
+    /// The re-arm in progress: (path, attempt).
+    #[cfg(test)]
+    pub(crate) fn rearm_pending(&self) -> Option<(usize, u64)> {
+        self.rearm.as_ref().map(|r| (r.index, r.attempt))
+    }
+
+    /// Re-arm attempts started so far.
+    #[cfg(test)]
+    pub(crate) fn rearm_attempts(&self) -> u64 {
+        self.rearm_attempts
+    }
+
+    /// Whether a re-arm message belongs to this epoch (not to a path set a switch replaced).
+    fn current(&self, msg: &CtrlMsg) -> bool {
+        if msg.epoch == self.epoch {
+            return true;
+        }
+        tracing::debug!(
+            "NET/HA : {}: {:?} of epoch {} ignored (now {})",
+            self.name,
+            msg.kind,
+            msg.epoch,
+            self.epoch
+        );
+        false
+    }
+
     /// Receiver: the sender offers a new queue pair for path `msg.a`; answer with ours.
     pub fn on_rearm(&mut self, msg: &CtrlMsg) {
         let d = msg.a as usize;
-        if d >= self.paths.len() || d == self.active {
+        if d >= self.paths.len() || d == self.active || !self.current(msg) {
             return;
         }
         let peer = PathParams {
@@ -78,33 +117,55 @@ impl Link {
                     kind: CtrlKind::RearmAck,
                     epoch: self.epoch,
                     a: d as u64,
-                    b: 0,
+                    b: msg.b,
                     endpoint: p.qp.local_endpoint(),
                 };
                 self.retire(d);
                 self.paths[d] = Some(p);
+                self.rearmed.retain(|&x| x != d);
                 self.rearmed.push(d);
                 let a = self.active;
                 if let Err(e) = self.send_ctrl(a, &ack) {
                     tracing::warn!("NET/HA : {}: re-arm answer not sent: {e}", self.name);
                 }
                 tracing::debug!(
-                    "NET/HA : {}: path {d}: new queue pair, verifying",
-                    self.name
+                    "NET/HA : {}: path {d}: new queue pair (attempt {}), waiting for the sender's",
+                    self.name,
+                    msg.b
                 );
             }
             Err(e) => tracing::info!("NET/HA : {}: re-arm of path {d} refused: {e}", self.name),
         }
     }
 
-    /// Sender: the receiver's queue pair for the path being re-armed.
+    /// Sender: the receiver's queue pair for the path being re-armed (the answer to the
+    /// current attempt only).
     pub fn on_rearm_ack(&mut self, msg: &CtrlMsg) {
-        let Some((d, mut p, _)) = self.rearm.take() else {
-            return;
-        };
-        if d != msg.a as usize {
+        let matches = self
+            .rearm
+            .as_ref()
+            .is_some_and(|r| r.index == msg.a as usize && r.attempt == msg.b);
+        if !matches {
+            tracing::debug!(
+                "NET/HA : {}: re-arm answer for path {} attempt {} ignored (not the attempt in progress)",
+                self.name,
+                msg.a,
+                msg.b
+            );
             return;
         }
+        if !self.current(msg) {
+            return;
+        }
+        let Some(Rearming {
+            index: d,
+            path: mut p,
+            attempt,
+            ..
+        }) = self.rearm.take()
+        else {
+            return;
+        };
         let peer = PathParams {
             endpoint: msg.endpoint.clone(),
             rkey: self.peer_rkeys[d],
@@ -114,9 +175,23 @@ impl Link {
             Ok(()) => {
                 self.retire(d);
                 self.paths[d] = Some(p);
+                self.rearmed.retain(|&x| x != d);
                 self.rearmed.push(d);
+                let done = CtrlMsg {
+                    kind: CtrlKind::RearmDone,
+                    epoch: self.epoch,
+                    a: d as u64,
+                    b: attempt,
+                    endpoint: Vec::new(),
+                };
+                if let Err(e) = self.send_ctrl(d, &done) {
+                    tracing::info!(
+                        "NET/HA : {}: re-arm of path {d}: first message not sent: {e}",
+                        self.name
+                    );
+                }
                 tracing::debug!(
-                    "NET/HA : {}: path {d}: new queue pair, verifying",
+                    "NET/HA : {}: path {d}: new queue pair connected (attempt {attempt}), verifying",
                     self.name
                 );
             }

@@ -6,6 +6,7 @@ mod bench;
 mod data;
 mod errors;
 mod lifecycle;
+mod liveness;
 mod rogue;
 
 use super::wire::{Header, Hello, Op};

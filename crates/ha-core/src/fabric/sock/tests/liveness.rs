@@ -1,0 +1,208 @@
+//! Link liveness at the queue-pair level: a peer whose kernel still acknowledges TCP is waited
+//! for however long its process does not answer (a stopped peer is not a dead link), while a
+//! link that stops acknowledging fails the oldest work request with `RetryExcErr` within the
+//! retry window, as RC hardware's retries would. The dead links are real: a network namespace
+//! of the test thread's own whose loopback drops every packet (`tc netem loss 100%`); those
+//! tests need root and iproute2 and say why they skip otherwise.
+
+use super::*;
+
+/// A peer whose kernel accepts the stream (backlog) and acknowledges everything, whose
+/// process never reads: 8 MiB fill its receive buffer (zero window, answered window probes).
+#[test]
+fn a_silent_peer_whose_kernel_acknowledges_is_waited_for() {
+    let _l = TEST_LOCK.read();
+    let retry = Duration::from_millis(300);
+    let f = fabric(retry, 1 << 20);
+    let (peer, ep) = silent_peer();
+    let a = lone_rts(&f, CAPS, &ep);
+    let src = Buf::new(8 << 20, 1);
+    let ms = a.reg(&src, Access::LOCAL_WRITE);
+    a.qp.post_send(&[
+        wr(
+            0,
+            SendOp::Write,
+            (&src, 0, 8 << 20, ms.keys().lkey),
+            0x1000,
+            5,
+        ),
+        wr(1, SendOp::Read, (&src, 0, 0, 0), 0x1000, 5),
+    ])
+    .unwrap();
+    // Over twice the probe grace: nothing fails.
+    a.none_until(Instant::now() + Duration::from_secs(7));
+    assert_eq!(a.qp.state(), QpState::Rts);
+    // The peer goes away for real (the listener's close resets the stream): a hard error.
+    let t0 = Instant::now();
+    drop(peer);
+    assert_eq!(
+        statuses(&a.wait(2)),
+        vec![(0, WcStatus::RetryExcErr), (1, WcStatus::WrFlushErr)]
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_eq!(a.qp.state(), QpState::Err);
+}
+
+/// Runs `f` on a thread of its own in a fresh network namespace (so every socket and thread
+/// the fabric opens from there lives in it) holding two local addresses, [`NEAR`] and [`FAR`],
+/// on the two ends of a veth pair; `None` when that is not possible here (not root, no
+/// iproute2).
+fn in_private_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    std::thread::spawn(move || {
+        // SAFETY: unshare(2) of this thread's network namespace only; no memory involved.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            eprintln!(
+                "SKIPPED: unshare(CLONE_NEWNET): {}",
+                std::io::Error::last_os_error()
+            );
+            return None;
+        }
+        let setup: [&[&str]; 6] = [
+            &["link", "set", "lo", "up"],
+            &["link", "add", "va", "type", "veth", "peer", "name", "vb"],
+            &["addr", "add", "10.99.0.1/24", "dev", "va"],
+            &["addr", "add", "10.99.0.2/24", "dev", "vb"],
+            &["link", "set", "va", "up"],
+            &["link", "set", "vb", "up"],
+        ];
+        for args in setup {
+            if !ip_ok(args) {
+                eprintln!(
+                    "SKIPPED: `ip {}` failed (iproute2 missing?)",
+                    args.join(" ")
+                );
+                return None;
+            }
+        }
+        Some(f())
+    })
+    .join()
+    .expect("netns test thread")
+}
+
+const NEAR: &str = "10.99.0.1";
+const FAR: &str = "10.99.0.2";
+
+fn ip_ok(args: &[&str]) -> bool {
+    std::process::Command::new("ip")
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The far address goes away: nothing sent to it is delivered (or acknowledged) any more,
+/// while its sockets live on — a link that died under a live connection.
+fn blackhole_far() {
+    assert!(
+        ip_ok(&["addr", "del", "10.99.0.2/24", "dev", "vb"]),
+        "ip addr del failed"
+    );
+}
+
+fn rail_fabric(ip: &str, retry: Duration) -> SockFabric {
+    SockFabric::new(SockConfig {
+        rails: vec![SockRail {
+            name: ip.into(),
+            ip: ip.parse().unwrap(),
+        }],
+        retry_timeout: retry,
+        segment_bytes: 1 << 20,
+        limits: Default::default(),
+    })
+    .unwrap()
+}
+
+/// Near and far queue pairs, connected.
+fn near_far(retry: Duration) -> (SockFabric, SockFabric, Side, Side) {
+    let (fa, fb) = (rail_fabric(NEAR, retry), rail_fabric(FAR, retry));
+    let (a, b) = (side(&fa, CAPS), side(&fb, CAPS));
+    connect(&a, &b);
+    (fa, fb, a, b)
+}
+
+/// One 64 KiB WRITE from `a` into `b`; the buffers and registrations to keep alive.
+fn write_one(a: &Side, b: &Side, id: u64) -> (Buf, Buf, Vec<Box<dyn MemoryRegion>>) {
+    let src = Buf::new(64 << 10, id as u8);
+    let dst = Buf::new(64 << 10, 0);
+    let ms = a.reg(&src, Access::LOCAL_WRITE);
+    let md = b.reg(&dst, Access::REMOTE_WRITE);
+    a.qp.post_send(&[wr(
+        id,
+        SendOp::Write,
+        (&src, 0, 64 << 10, ms.keys().lkey),
+        dst.addr(),
+        md.keys().rkey,
+    )])
+    .unwrap();
+    (src, dst, vec![ms, md])
+}
+
+#[test]
+fn a_link_that_stops_acknowledging_fails_within_the_retry_window() {
+    let _l = TEST_LOCK.read();
+    let retry = Duration::from_millis(400);
+    let r = in_private_netns(move || {
+        let (_fa, _fb, a, b) = near_far(retry);
+        let (src, dst, _mrs) = write_one(&a, &b, 1);
+        assert_eq!(statuses(&a.wait(1)), vec![(1, WcStatus::Success)]);
+        assert!(dst.bytes() == src.bytes());
+        blackhole_far();
+        let t0 = Instant::now();
+        let _kept = write_one(&a, &b, 2);
+        let c = a.wait(1);
+        let dt = t0.elapsed();
+        assert_eq!(statuses(&c), vec![(2, WcStatus::RetryExcErr)]);
+        assert!(dt >= retry, "fired early: {dt:?}");
+        assert!(dt <= retry + Duration::from_secs(3), "fired late: {dt:?}");
+        assert_eq!(a.qp.state(), QpState::Err);
+    });
+    if r.is_none() {
+        eprintln!("a_link_that_stops_acknowledging_fails_within_the_retry_window: skipped");
+    }
+}
+
+/// Everything of the WR reached the peer's kernel, then the link died while the peer's process
+/// had not answered yet (nothing unacknowledged at the TCP level): the kernel's keep-alive
+/// probes (after 1 s of silence) go unanswered and the link is judged dead a window later.
+#[test]
+fn a_link_that_dies_after_the_data_was_acknowledged_fails_through_keepalive() {
+    let _l = TEST_LOCK.read();
+    let retry = Duration::from_millis(300);
+    let r = in_private_netns(move || {
+        let f = rail_fabric(NEAR, retry);
+        // A silent peer on the far address: its kernel takes the bytes, its process never
+        // answers (a stopped responder).
+        let l = TcpListener::bind((FAR, 0)).unwrap();
+        let ep = SockEndpoint {
+            ip: FAR.parse().unwrap(),
+            port: l.local_addr().unwrap().port(),
+            qpn: 1,
+            nonce: 2,
+        };
+        let a = lone_rts(&f, CAPS, &ep.encode());
+        let src = Buf::new(4096, 1);
+        let ms = a.reg(&src, Access::LOCAL_WRITE);
+        a.qp.post_send(&[wr(
+            3,
+            SendOp::Write,
+            (&src, 0, 4096, ms.keys().lkey),
+            0x10,
+            5,
+        )])
+        .unwrap();
+        // Alive for many windows (the peer's kernel answers keep-alive probes)...
+        a.none_until(Instant::now() + Duration::from_secs(3));
+        blackhole_far();
+        let t0 = Instant::now();
+        // ... until keep-alive (1 s of silence, then 1 s probes) finds nobody answering.
+        let c = a.wait(1);
+        let dt = t0.elapsed();
+        assert_eq!(statuses(&c), vec![(3, WcStatus::RetryExcErr)]);
+        assert!(dt <= Duration::from_secs(5), "took {dt:?}");
+        drop(l);
+    });
+    if r.is_none() {
+        eprintln!("a_link_that_dies_after_the_data_was_acknowledged: skipped");
+    }
+}

@@ -1,0 +1,123 @@
+//! Hard failures of a path and the end of a switch: a path that failed is fenced; the active
+//! one fails over when the other path is usable, else the connection is lost. A switch ends
+//! only from `Failing` (a connection that died meanwhile stays dead), and a fenced path that
+//! never flushes ends the connection rather than letting it guess what was delivered.
+
+use super::{Event, Failing, Link, Phase};
+use crate::fabric::WcStatus;
+use crate::transport::stats::unix_ms;
+use ha_proto::data::ProtoError;
+use std::time::Instant;
+
+impl Link {
+    /// Path `i` failed with `status`: fence it; fail over if it was the active path and the
+    /// other one is usable, else the connection is dead.
+    pub fn path_error(&mut self, i: usize, status: WcStatus, cause: String) -> Event {
+        if matches!(self.phase, Phase::Dead) {
+            return Event::Nothing;
+        }
+        if let Some(p) = self.paths[i].as_mut() {
+            p.fence();
+        }
+        self.last_failure = Some(Instant::now());
+        let other = 1 - i.min(1);
+        let failing_to = self.failing().map(|f| f.to);
+        if i != self.active && failing_to != Some(i) {
+            if self.rearmed.contains(&i) {
+                self.rearmed.retain(|&d| d != i);
+                self.stats.rearm_failed += 1;
+                tracing::debug!(
+                    "NET/HA : {}: re-arm of path {i} did not verify ({cause}); retrying after the hold-down",
+                    self.name
+                );
+                return Event::Nothing;
+            }
+            self.stats.standby_lost += 1;
+            tracing::warn!(
+                "NET/HA : {}: standby path {i} lost ({cause}); redundancy lost until it is re-armed",
+                self.name
+            );
+            return Event::Nothing;
+        }
+        if failing_to.is_none() && self.paths.len() > 1 && self.usable(other) {
+            tracing::info!(
+                "NET/HA : {}: path {i} failed ({cause}); failing over to path {other}",
+                self.name
+            );
+            self.stall_noted = false;
+            self.slow_noted = false;
+            self.phase = Phase::Failing(Failing {
+                from: i,
+                to: other,
+                since: Instant::now(),
+                cause,
+                requested: false,
+                switch: None,
+            });
+            return Event::Nothing;
+        }
+        self.die(
+            status,
+            format!("path {i} failed ({cause}) and no other path is usable"),
+        )
+    }
+
+    /// The connection is lost: log why once and tell the side.
+    fn die(&mut self, status: WcStatus, why: String) -> Event {
+        self.phase = Phase::Dead;
+        tracing::warn!("NET/HA : {}: {why}: connection lost", self.name);
+        Event::Fatal(ProtoError::Failed {
+            status,
+            what: if self.paths.len() > 1 {
+                "every path of the connection"
+            } else {
+                "the connection's only path"
+            },
+        })
+    }
+
+    /// The peer reported a failure of the active path: fence it and fail over.
+    pub fn peer_failover(&mut self) -> Event {
+        let a = self.active;
+        self.path_error(a, WcStatus::WrFlushErr, "the peer's path failed".into())
+    }
+
+    /// The fenced path of failover `f` did not flush in time: what it delivered is unknown, so
+    /// the connection ends (a replay could write into a buffer whose receive completed).
+    pub fn fail_undrained(&mut self, f: &Failing) -> Event {
+        let why = format!(
+            "the fenced path {} did not flush within {:?} (completions lost?); cannot tell what was delivered",
+            f.from,
+            self.cfg.failover_deadline()
+        );
+        self.die(WcStatus::WrFlushErr, why)
+    }
+
+    /// The switch is done: `to` is the active path. Only a failover in progress switches: a
+    /// connection that died meanwhile (say, while re-posting on the new path) stays dead.
+    pub fn finish_switch(&mut self, to: usize, replayed: usize) {
+        let Phase::Failing(f) = &self.phase else {
+            return;
+        };
+        let f = f.clone();
+        self.phase = Phase::Normal;
+        self.active = to;
+        self.epoch += 1;
+        self.slow_noted = false;
+        self.stats.failovers += 1;
+        self.stats.replays += replayed as u64;
+        self.stats.last_failover_unix_ms = unix_ms();
+        self.stats.last_failover_us = f.since.elapsed().as_micros() as u64;
+        tracing::warn!(
+            "NET/HA : failover {}: path {} (dev {}) -> path {} (dev {}), cause: {}, replayed {}, took {} us",
+            self.name,
+            f.from,
+            self.holds[f.from].dev.dev,
+            to,
+            self.holds[to].dev.dev,
+            f.cause,
+            replayed,
+            self.stats.last_failover_us
+        );
+    }
+}

@@ -1,0 +1,362 @@
+//! A fabric wrapper whose faults the test controls, around a real `sock` fabric: port health
+//! per device (the port-event path never fires on `sock`, where ports are always healthy),
+//! completions of chosen queue pairs held back (a stall, a fence that does not flush) and
+//! released, completions injected, posts made to fail, a device message-size limit, and a
+//! record of what each completion queue is asked to carry and of posts aimed at a peer queue
+//! pair that is not connected yet.
+
+use crate::fabric::sock::SockEndpoint;
+use crate::fabric::{
+    Completion, CompletionQueue, DeviceInfo, Doorbell, Fabric, FabricError, MemoryRegion,
+    ProtectionDomain, QpCaps, QpState, QueuePair, Result, SendWr,
+};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// What one wrapped queue pair is.
+#[derive(Clone, Debug, Default)]
+struct QpInfo {
+    cq: usize,
+    peer: Option<u32>,
+    connected: bool,
+}
+
+/// What a completion queue was created with and is asked to carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CqLoad {
+    pub depth: u32,
+    pub qps: u32,
+    /// Completions its queue pairs can owe at once (send and receive queue sizes).
+    pub owed: u64,
+}
+
+/// The test's handle on the faults.
+#[derive(Default)]
+pub struct Ctl {
+    port_down: Mutex<HashSet<usize>>,
+    hold: Mutex<HashSet<u32>>,
+    /// Posts still to fail per queue pair.
+    fail_post: Mutex<HashMap<u32, u32>>,
+    max_msg: Mutex<Option<usize>>,
+    qps: Mutex<HashMap<u32, QpInfo>>,
+    cqs: Mutex<Vec<(Weak<CtlCq>, CqLoad)>>,
+    /// Posts on a queue pair whose peer had not reached RTR yet.
+    pub posts_to_unconnected: AtomicU64,
+    /// Queue pairs say nothing of their link (`link_alive` is `None`, as on verbs).
+    hide_link: AtomicBool,
+}
+
+impl Ctl {
+    /// From now on queue pairs cannot tell whether their link answers (as on verbs), so a
+    /// stall is judged by the soft timeout alone.
+    pub fn hide_link_state(&self) {
+        self.hide_link.store(true, Ordering::Relaxed);
+    }
+
+    /// Device `dev`'s port goes down (or up again).
+    pub fn set_port(&self, dev: usize, up: bool) {
+        let mut d = self.port_down.lock();
+        if up {
+            d.remove(&dev);
+        } else {
+            d.insert(dev);
+        }
+    }
+
+    /// Hold back every completion of queue pair `qpn` from now on.
+    pub fn hold(&self, qpn: u32) {
+        self.hold.lock().insert(qpn);
+    }
+
+    /// Stop holding `qpn`'s completions and hand back the held ones, in order.
+    pub fn release(&self, qpn: u32) {
+        self.hold.lock().remove(&qpn);
+        for (cq, _) in self.cqs.lock().iter() {
+            if let Some(cq) = cq.upgrade() {
+                cq.release(qpn);
+            }
+        }
+    }
+
+    /// Hand `c` to its queue pair's completion queue as if the device had written it.
+    pub fn inject(&self, c: Completion) {
+        let cq = self.qps.lock().get(&c.qp_num).map(|q| q.cq);
+        let cq = cq.and_then(|k| self.cqs.lock().get(k).and_then(|(w, _)| w.upgrade()));
+        cq.expect("injected completion of an unknown queue pair")
+            .injected
+            .lock()
+            .push_back(c);
+    }
+
+    /// The next `n` posts on `qpn` fail.
+    pub fn fail_posts(&self, qpn: u32, n: u32) {
+        self.fail_post.lock().insert(qpn, n);
+    }
+
+    /// Every device refuses (at post) work requests longer than `bytes`, as a verbs device
+    /// above its `max_msg_sz` does.
+    pub fn set_max_msg(&self, bytes: usize) {
+        *self.max_msg.lock() = Some(bytes);
+    }
+
+    /// The peer queue pair `qpn` was connected to (RTR), if any.
+    pub fn peer_of(&self, qpn: u32) -> Option<u32> {
+        self.qps.lock().get(&qpn).and_then(|q| q.peer)
+    }
+
+    /// What each completion queue carries.
+    pub fn cq_loads(&self) -> Vec<CqLoad> {
+        self.cqs.lock().iter().map(|(_, l)| l.clone()).collect()
+    }
+}
+
+/// The wrapped fabric.
+pub struct CtlFabric {
+    inner: Arc<dyn Fabric>,
+    devices: Vec<DeviceInfo>,
+    pub ctl: Arc<Ctl>,
+}
+
+impl CtlFabric {
+    pub fn new(inner: Arc<dyn Fabric>, ctl: Arc<Ctl>) -> CtlFabric {
+        CtlFabric {
+            devices: inner.devices().to_vec(),
+            inner,
+            ctl,
+        }
+    }
+
+    /// Report `bytes` as every device's largest message.
+    pub fn with_max_msg(mut self, bytes: u64) -> CtlFabric {
+        for d in &mut self.devices {
+            d.max_msg_bytes = bytes;
+        }
+        self.ctl.set_max_msg(bytes as usize);
+        self
+    }
+}
+
+impl Fabric for CtlFabric {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+    fn port_healthy(&self, dev: usize) -> bool {
+        !self.ctl.port_down.lock().contains(&dev)
+    }
+    fn rail_affine(&self) -> bool {
+        self.inner.rail_affine()
+    }
+    fn open_pd(&self, dev: usize) -> Result<Arc<dyn ProtectionDomain>> {
+        Ok(Arc::new(CtlPd {
+            inner: self.inner.open_pd(dev)?,
+            ctl: self.ctl.clone(),
+            cqs: Mutex::new(Vec::new()),
+        }))
+    }
+}
+
+/// A wrapper queue (by address), its index in `Ctl::cqs`, and the queue it wraps.
+type CqEntry = (usize, usize, Arc<dyn CompletionQueue>);
+
+struct CtlPd {
+    inner: Arc<dyn ProtectionDomain>,
+    ctl: Arc<Ctl>,
+    cqs: Mutex<Vec<CqEntry>>,
+}
+
+impl ProtectionDomain for CtlPd {
+    fn id(&self) -> u64 {
+        self.inner.id()
+    }
+    fn device(&self) -> usize {
+        self.inner.device()
+    }
+    fn reg_mr(
+        &self,
+        addr: usize,
+        len: usize,
+        access: crate::fabric::Access,
+    ) -> Result<Box<dyn MemoryRegion>> {
+        self.inner.reg_mr(addr, len, access)
+    }
+    fn create_cq(&self, depth: u32, doorbell: Arc<Doorbell>) -> Result<Arc<dyn CompletionQueue>> {
+        let inner = self.inner.create_cq(depth, doorbell)?;
+        let cq = Arc::new(CtlCq {
+            inner: inner.clone(),
+            ctl: self.ctl.clone(),
+            held: Mutex::new(VecDeque::new()),
+            injected: Mutex::new(VecDeque::new()),
+        });
+        let key = {
+            let mut all = self.ctl.cqs.lock();
+            all.push((
+                Arc::downgrade(&cq),
+                CqLoad {
+                    depth,
+                    ..CqLoad::default()
+                },
+            ));
+            all.len() - 1
+        };
+        self.cqs
+            .lock()
+            .push((Arc::as_ptr(&cq) as *const () as usize, key, inner));
+        Ok(cq)
+    }
+    fn create_qp(&self, cq: &Arc<dyn CompletionQueue>, caps: QpCaps) -> Result<Box<dyn QueuePair>> {
+        let addr = Arc::as_ptr(cq) as *const () as usize;
+        let (key, inner_cq) = self
+            .cqs
+            .lock()
+            .iter()
+            .find(|(a, _, _)| *a == addr)
+            .map(|(_, k, c)| (*k, c.clone()))
+            .ok_or_else(|| FabricError::InvalidArgument("foreign completion queue".into()))?;
+        let inner = self.inner.create_qp(&inner_cq, caps)?;
+        let qpn = inner.qp_num();
+        self.ctl.qps.lock().insert(
+            qpn,
+            QpInfo {
+                cq: key,
+                ..QpInfo::default()
+            },
+        );
+        let load = &mut self.ctl.cqs.lock()[key].1;
+        load.qps += 1;
+        load.owed += u64::from(caps.max_send_wr) + u64::from(caps.max_recv_wr);
+        Ok(Box::new(CtlQp {
+            inner,
+            ctl: self.ctl.clone(),
+            qpn,
+        }))
+    }
+}
+
+struct CtlCq {
+    inner: Arc<dyn CompletionQueue>,
+    ctl: Arc<Ctl>,
+    held: Mutex<VecDeque<Completion>>,
+    injected: Mutex<VecDeque<Completion>>,
+}
+
+impl CtlCq {
+    fn release(&self, qpn: u32) {
+        let mut held = self.held.lock();
+        let (go, keep): (VecDeque<_>, VecDeque<_>) = held.drain(..).partition(|c| c.qp_num == qpn);
+        *held = keep;
+        self.injected.lock().extend(go);
+    }
+}
+
+impl CompletionQueue for CtlCq {
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize> {
+        let start = out.len();
+        {
+            let mut inj = self.injected.lock();
+            while out.len() - start < max {
+                match inj.pop_front() {
+                    Some(c) => out.push(c),
+                    None => break,
+                }
+            }
+        }
+        let mut got = Vec::new();
+        self.inner.poll(&mut got, max - (out.len() - start))?;
+        let hold = self.ctl.hold.lock();
+        for c in got {
+            if hold.contains(&c.qp_num) {
+                self.held.lock().push_back(c);
+            } else {
+                out.push(c);
+            }
+        }
+        Ok(out.len() - start)
+    }
+}
+
+struct CtlQp {
+    inner: Box<dyn QueuePair>,
+    ctl: Arc<Ctl>,
+    qpn: u32,
+}
+
+impl QueuePair for CtlQp {
+    fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+    fn state(&self) -> QpState {
+        self.inner.state()
+    }
+    fn local_endpoint(&self) -> Vec<u8> {
+        self.inner.local_endpoint()
+    }
+    fn to_init(&self) -> Result<()> {
+        self.inner.to_init()
+    }
+    fn to_rtr(&self, remote: &[u8]) -> Result<()> {
+        self.inner.to_rtr(remote)?;
+        let peer = SockEndpoint::decode(remote).ok().map(|e| e.qpn);
+        let mut qps = self.ctl.qps.lock();
+        let me = qps.entry(self.qpn).or_default();
+        me.peer = peer;
+        me.connected = true;
+        Ok(())
+    }
+    fn to_rts(&self) -> Result<()> {
+        self.inner.to_rts()
+    }
+    fn to_err(&self) -> Result<()> {
+        self.inner.to_err()
+    }
+    fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
+        if let Some(n) = self
+            .ctl
+            .fail_post
+            .lock()
+            .get_mut(&self.qpn)
+            .filter(|n| **n > 0)
+        {
+            *n -= 1;
+            return Err(FabricError::System(format!(
+                "ctl: a post on qp {} fails",
+                self.qpn
+            )));
+        }
+        if let Some(max) = *self.ctl.max_msg.lock() {
+            if let Some(w) = wrs.iter().find(|w| w.local.len > max) {
+                return Err(FabricError::InvalidArgument(format!(
+                    "ctl: work request of {} bytes above the device's {max}",
+                    w.local.len
+                )));
+            }
+        }
+        {
+            let qps = self.ctl.qps.lock();
+            let peer_ready = qps
+                .get(&self.qpn)
+                .and_then(|q| q.peer)
+                .and_then(|p| qps.get(&p))
+                .is_some_and(|p| p.connected);
+            if !peer_ready {
+                self.ctl
+                    .posts_to_unconnected
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.inner.post_send(wrs)
+    }
+    fn post_recv(&self, wr_id: u64) -> Result<()> {
+        self.inner.post_recv(wr_id)
+    }
+    fn link_alive(&self) -> Option<bool> {
+        if self.ctl.hide_link.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.inner.link_alive()
+    }
+}

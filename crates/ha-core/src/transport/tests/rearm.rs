@@ -1,0 +1,147 @@
+//! Re-arming a failed path: answers of another attempt or epoch are ignored, and the receiver
+//! never probes a re-armed queue pair before the sender's end is connected; the path verifies
+//! without any traffic.
+
+use super::*;
+use crate::transport::ha::HaCfg;
+use ha_proto::data::layout::{CtrlKind, CtrlMsg};
+
+/// Fail the primary over (from the sender's side) and wait until both sides switched.
+fn fail_over(p: &mut Pair, flow: &mut Flow) {
+    p.ctl
+        .inject(error_completion(p.qpn(true, 0), WcStatus::RetryExcErr));
+    pump_until(p, flow, Duration::from_secs(10), "switch", |p| {
+        p.send.link.epoch == 1 && p.recv.link.epoch == 1
+    });
+    flow.run(p, 50, Duration::from_secs(30)).unwrap();
+}
+
+fn pump_both_until(p: &mut Pair, within: Duration, what: &str, done: impl Fn(&Pair) -> bool) {
+    let deadline = Instant::now() + within;
+    while !done(p) {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        p.send.pump();
+        p.recv.pump();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Finding (re-arm attempts): `Rearm`/`RearmAck` carried no attempt id, so the answer to an
+/// attempt that timed out was taken as the answer to the next one and the sender's new queue
+/// pair was connected to one the receiver had already replaced (it never verified).
+#[test]
+fn an_answer_to_an_earlier_rearm_attempt_is_ignored() {
+    let _l = TEST_LOCK.read();
+    // Attempts time out after 2 x 1 s + RTO: room for a loaded machine between the steps.
+    let mut p = Pair::new(HaCfg {
+        rearm_hold: Duration::from_secs(1),
+        ..cfg()
+    });
+    let mut flow = Flow::new(&p, 8, 64 << 10);
+    flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    fail_over(&mut p, &mut flow);
+    // The sender's answers are held back until its second attempt is under way.
+    let s1 = p.qpn(true, 1);
+    p.ctl.hold(s1);
+    pump_both_until(&mut p, Duration::from_secs(10), "attempt 1", |p| {
+        p.send.link.rearm_pending() == Some((0, 1))
+    });
+    pump_both_until(&mut p, Duration::from_secs(10), "attempt 2", |p| {
+        p.send.link.rearm_pending() == Some((0, 2))
+    });
+    let r0 = p.recv.link.path(0).qp.qp_num();
+    pump_both_until(
+        &mut p,
+        Duration::from_secs(10),
+        "receiver answers attempt 2",
+        |p| p.recv.link.path(0).qp.qp_num() != r0,
+    );
+    p.ctl.release(s1);
+    pump_both_until(&mut p, Duration::from_secs(20), "re-armed", |p| {
+        p.send.stats().rearms == 1 && p.recv.stats().rearms == 1
+    });
+    assert_eq!(
+        (p.send.stats().rearm_failed, p.recv.stats().rearm_failed),
+        (0, 0),
+        "a re-arm failed to verify (the stale answer misconnected it)"
+    );
+    assert!(p.send.link.rearm_attempts() >= 2);
+    let (s0, r0) = (p.qpn(true, 0), p.qpn(false, 0));
+    assert_eq!(
+        p.ctl.peer_of(s0),
+        Some(r0),
+        "sender's new queue pair aimed elsewhere"
+    );
+    assert_eq!(p.ctl.peer_of(r0), Some(s0));
+    flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+}
+
+/// Finding (re-arm epoch): a `Rearm` from before a switch was applied to the path set the
+/// switch replaced.
+#[test]
+fn a_rearm_of_an_older_epoch_is_ignored() {
+    let _l = TEST_LOCK.read();
+    let mut p = Pair::new(HaCfg {
+        failback: false,
+        ..cfg()
+    });
+    let mut flow = Flow::new(&p, 8, 64 << 10);
+    flow.run(&mut p, 50, Duration::from_secs(30)).unwrap();
+    fail_over(&mut p, &mut flow);
+    let r0 = p.qpn(false, 0);
+    p.recv.on_ctrl(CtrlMsg {
+        kind: CtrlKind::Rearm,
+        epoch: 0,
+        a: 0,
+        b: 1,
+        endpoint: p.send.link.path(1).qp.local_endpoint(),
+    });
+    assert_eq!(p.qpn(false, 0), r0, "a stale re-arm replaced the path");
+    assert!(!p.recv.link.usable(0));
+    flow.run(&mut p, 50, Duration::from_secs(30)).unwrap();
+}
+
+/// Finding (re-arm of an idle comm): the receiver probed its re-armed queue pair at once — on
+/// verbs a probe into a queue pair whose other end is not connected yet fails after the
+/// hardware retries, so a sender that NCCL called rarely never saw its re-arm verified. Now
+/// the sender says `RearmDone` over the new path once its end is connected, which verifies
+/// both ends, with no traffic and no heartbeat.
+#[test]
+fn a_rearmed_path_verifies_without_traffic_and_is_never_probed_half_connected() {
+    let _l = TEST_LOCK.read();
+    let mut p = Pair::new(HaCfg {
+        heartbeat: Duration::from_secs(3600),
+        ..cfg()
+    });
+    let mut flow = Flow::new(&p, 8, 64 << 10);
+    flow.run(&mut p, 50, Duration::from_secs(30)).unwrap();
+    fail_over(&mut p, &mut flow);
+    // The sender starts a re-arm, then NCCL leaves it alone for a while.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.send.link.rearm_pending().is_none() {
+        assert!(Instant::now() < deadline, "no re-arm started");
+        p.send.pump();
+    }
+    let r0 = p.qpn(false, 0);
+    let before = p
+        .ctl
+        .posts_to_unconnected
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let end = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < end {
+        p.recv.pump();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_ne!(p.qpn(false, 0), r0, "the receiver answered the re-arm");
+    assert_eq!(
+        p.ctl
+            .posts_to_unconnected
+            .load(std::sync::atomic::Ordering::Relaxed),
+        before,
+        "the receiver posted on a queue pair whose other end is not connected"
+    );
+    // NCCL calls the sender again: no data, no heartbeat due; the re-arm verifies.
+    pump_both_until(&mut p, Duration::from_secs(10), "verified", |p| {
+        p.send.stats().rearms == 1 && p.recv.stats().rearms == 1
+    });
+}
