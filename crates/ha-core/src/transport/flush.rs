@@ -367,7 +367,7 @@ mod tests {
     fn a_flush_queue_pair_fits_a_completion_queue() {
         // The loopback queue pair reserves a READ completion per flush in flight and its one
         // receive on a completion queue of the device, like a path's queue pair.
-        assert!(MAX_FLUSHES as u32 < crate::transport::path::CQES_PER_QP);
+        assert!((MAX_FLUSHES as u32) < crate::transport::path::CQES_PER_QP);
     }
 
     #[test]
