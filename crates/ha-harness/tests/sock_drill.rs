@@ -1,8 +1,11 @@
 //! The `sock` drill end to end in network namespaces (scripts/drill/sock-drill.sh around
 //! `ha-harness stream` and the built plugin), without failover expectations: an uncut stream
 //! between the namespaces is clean, and cutting the only rail in use (near end, then far end)
-//! ends the stream with a request error within a bounded time. Needs root and iproute2 with
-//! network namespaces; skipped (with the reason printed) where those are missing.
+//! ends the stream with a request error within a bounded time. Each drill's timeline picture
+//! (`--pictures`, drawn by `ha-harness timeline` from the drill's stats file, stream and cuts)
+//! shows what happened: the cut, the switch and its stall, or the connection lost. Needs root
+//! and iproute2 with network namespaces; skipped (with the reason printed) where those are
+//! missing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -95,7 +98,11 @@ fn uncut_stream_is_clean_a_cut_is_survived_and_without_standby_fails_in_bounded_
     );
     assert!(out.contains("1 passed, 0 failed"), "{out}");
 
-    // With the standby: a cut of rail 0 (near, then far end) is survived, nothing lost.
+    // With the standby: a cut of rail 0 (near, then far end) is survived, nothing lost; the
+    // pictures show the cut, the switch to path 1 and the stall it caused.
+    let pics = std::env::temp_dir().join(format!("ha-drill-pics-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&pics);
+    let pics_s = pics.to_string_lossy().into_owned();
     let o = drill(
         &prefix,
         &[
@@ -107,6 +114,8 @@ fn uncut_stream_is_clean_a_cut_is_survived_and_without_standby_fails_in_bounded_
             "0.3-0.6",
             "--env",
             "HA_NCCL_SOCK_RETRY_MS=300",
+            "--pictures",
+            &pics_s,
         ],
     );
     let out = text(&o);
@@ -116,6 +125,26 @@ fn uncut_stream_is_clean_a_cut_is_survived_and_without_standby_fails_in_bounded_
         "{out}"
     );
     assert!(out.contains("2 passed, 0 failed"), "{out}");
+    for (n, end) in [(1, "near"), (2, "far")] {
+        assert!(
+            out.contains(&format!("  timeline: {pics_s}/drill{n}.png")),
+            "{out}"
+        );
+        let svg = std::fs::read_to_string(pics.join(format!("drill{n}.svg"))).unwrap();
+        for want in [
+            format!("cut rail 0 ({end})"),
+            "switch 0→1".to_string(),
+            ">stall ".to_string(),
+            "path 1 (standby at setup): sock:r1a".to_string(),
+        ] {
+            assert!(
+                svg.contains(&want),
+                "drill {n}: {want} missing from the picture"
+            );
+        }
+        let png = std::fs::read(pics.join(format!("drill{n}.png"))).unwrap();
+        assert_eq!(&png[..4], b"\x89PNG");
+    }
 
     // One path per connection (HA_NCCL_ENABLE_BACKUP=0): the same cut must end the stream with
     // a request error (an ncclResult) within --error-within ms, losing nothing.
@@ -138,10 +167,17 @@ fn uncut_stream_is_clean_a_cut_is_survived_and_without_standby_fails_in_bounded_
             "HA_NCCL_KEEPALIVE_MS=200",
             "--env",
             "HA_NCCL_ENABLE_BACKUP=0",
+            "--pictures",
+            &pics_s,
         ],
     );
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
+    // One path: no standby all along, and the connection lost at the cut.
+    let svg = std::fs::read_to_string(pics.join("drill1.svg")).unwrap();
+    assert!(svg.contains("connection lost"), "{svg}");
+    assert!(svg.contains(">NO STANDBY<"), "{svg}");
+    let _ = std::fs::remove_dir_all(&pics);
     for (n, end) in [(1, "near"), (2, "far")] {
         let line = out
             .lines()
