@@ -72,6 +72,34 @@ fn drill(prefix: &str, args: &[&str]) -> Output {
         .expect("running sock-drill.sh")
 }
 
+/// `ha-harness stats ARGS FILE`: the exit status and the report.
+fn stats(args: &[&str], file: &Path) -> (i32, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_ha-harness"))
+        .arg("stats")
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("running ha-harness stats");
+    (o.status.code().unwrap_or(-1), text(&o))
+}
+
+/// The table rows of a report (after its PROCESS header), cells split on runs of 2+ spaces.
+fn rows(report: &str) -> Vec<Vec<String>> {
+    report
+        .lines()
+        .skip_while(|l| !l.starts_with("PROCESS "))
+        .skip(1)
+        .take_while(|l| !l.starts_with('(') && !l.starts_with("events:") && !l.is_empty())
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .collect()
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}\n--- stderr ---\n{}",
@@ -103,6 +131,9 @@ fn uncut_stream_is_clean_a_cut_is_survived_and_without_standby_fails_in_bounded_
     let pics = std::env::temp_dir().join(format!("ha-drill-pics-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&pics);
     let pics_s = pics.to_string_lossy().into_owned();
+    let keep = std::env::temp_dir().join(format!("ha-drill-keep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&keep);
+    let survived = keep.join("survived").to_string_lossy().into_owned();
     let o = drill(
         &prefix,
         &[
@@ -116,6 +147,8 @@ fn uncut_stream_is_clean_a_cut_is_survived_and_without_standby_fails_in_bounded_
             "HA_NCCL_SOCK_RETRY_MS=300",
             "--pictures",
             &pics_s,
+            "--keep",
+            &survived,
         ],
     );
     let out = text(&o);
@@ -125,6 +158,23 @@ fn uncut_stream_is_clean_a_cut_is_survived_and_without_standby_fails_in_bounded_
         "{out}"
     );
     assert!(out.contains("2 passed, 0 failed"), "{out}");
+    // `ha-harness stats` on each drill's stats file: the sender that moved the stream failed
+    // over once, to path 1 (rail 1), and closed there; nothing live is flagged.
+    for n in [1, 2] {
+        let f = keep.join(format!("survived/drill{n}/stats.jsonl"));
+        let (code, report) = stats(&["--all", "--check"], &f);
+        assert_eq!(code, 0, "{report}");
+        assert!(!report.contains("WARNING"), "{report}");
+        let sender = rows(&report)
+            .into_iter()
+            .find(|r| r[2] == "send" && !r[7].starts_with("0 B / "))
+            .unwrap_or_else(|| panic!("drill {n}: no sending row:\n{report}"));
+        assert_eq!(sender[3], "1 (sock:r1a)", "drill {n}: {report}");
+        assert_eq!(sender[5], "1", "drill {n}: one failover: {report}");
+        assert!(sender[4].ends_with(", closed"), "drill {n}: {report}");
+        assert!(sender[8].contains(" 0->1 "), "drill {n}: {report}");
+        assert!(sender[8].contains(", replayed "), "drill {n}: {report}");
+    }
     for (n, end) in [(1, "near"), (2, "far")] {
         assert!(
             out.contains(&format!("  timeline: {pics_s}/drill{n}.png")),
@@ -169,10 +219,40 @@ fn uncut_stream_is_clean_a_cut_is_survived_and_without_standby_fails_in_bounded_
             "HA_NCCL_ENABLE_BACKUP=0",
             "--pictures",
             &pics_s,
+            "--keep",
+            &keep.join("single").to_string_lossy(),
         ],
     );
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
+    // The live state before the first connection closed (the stats file's lines up to there):
+    // the sender runs with one path, and the reader flags it.
+    let f = keep.join("single/drill1/stats.jsonl");
+    let all = std::fs::read_to_string(&f).unwrap();
+    let live: Vec<&str> = all
+        .lines()
+        .take_while(|l| !l.contains(r#""event":"closed""#))
+        .collect();
+    let live_f = keep.join("single/live.jsonl");
+    std::fs::write(&live_f, live.join("\n") + "\n").unwrap();
+    let (code, report) = stats(&["--check"], &live_f);
+    assert_eq!(
+        code, 1,
+        "--check flags a connection without standby: {report}"
+    );
+    assert!(
+        report.contains("live connection(s) run WITHOUT A STANDBY"),
+        "{report}"
+    );
+    let flagged = report
+        .lines()
+        .find(|l| l.starts_with("  ") && l.contains(" conn ") && l.contains("send ["))
+        .unwrap_or_else(|| panic!("the sender is not flagged:\n{report}"));
+    assert!(
+        flagged.contains("one path only") || flagged.contains("connection lost"),
+        "{flagged}"
+    );
+    let _ = std::fs::remove_dir_all(&keep);
     // One path: no standby all along, and the connection lost at the cut.
     let svg = std::fs::read_to_string(pics.join("drill1.svg")).unwrap();
     assert!(svg.contains("connection lost"), "{svg}");

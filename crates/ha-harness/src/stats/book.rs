@@ -31,6 +31,8 @@ pub struct Conn {
     pub bytes: Vec<u64>,
     pub failovers: u64,
     pub rearms: u64,
+    /// Re-arm attempts that failed (the standby's rail still down, say).
+    pub rearm_failed: u64,
     pub standby_lost: u64,
     pub replays: u64,
     pub last_failover: Option<LastFailover>,
@@ -146,6 +148,7 @@ fn apply(c: &mut Conn, r: &Record) {
             for (k, f) in [
                 ("failovers", &mut c.failovers),
                 ("rearms", &mut c.rearms),
+                ("rearm_failed", &mut c.rearm_failed),
                 ("standby_lost", &mut c.standby_lost),
                 ("replays", &mut c.replays),
             ] {

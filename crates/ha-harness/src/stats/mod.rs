@@ -15,19 +15,21 @@ use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
 use std::time::Duration;
 
 pub const USAGE: &str = "\
-usage: ha-harness stats FILE [--follow] [--every SECS] [--all] [--check]
+usage: ha-harness stats FILE [--follow] [--every SECS] [--all] [--check] [--now UNIX_MS]
 
 Reads a stats file (HA_NCCL_STATS_FILE: periodic lines every HA_NCCL_STATS_INTERVAL_MS, event
 lines, closing lines) and prints, per connection (process, comm): the active path, the standby
-(ok, verifying, LOST, REARMING, NONE), failovers, re-arms, bytes per path and the last failover
-(when, cause, stall, replayed). Live connections that run without a standby are listed first,
-in a WARNING.
+(ok, verifying, LOST, REARMING, NONE), failovers, re-arms (and failed attempts), bytes per path
+and the last failover (when, cause, stall, replayed). Live connections that run without a
+standby are listed first, in a WARNING.
 
   --follow      keep reading as the file grows; print the report again when it changed
   --every SECS  how often --follow looks (default 2)
   --count N     --follow: stop after N reports
   --all         list closed connections too (always listed when none lives)
   --check       exit 1 when a live connection runs without a standby (for monitoring)
+  --now UNIX_MS the time \"ago\" is counted from (default: now): a saved file's report as it
+                read at that moment, the same every time
 ";
 
 #[derive(Debug, Default, PartialEq)]
@@ -38,6 +40,7 @@ struct Opts {
     count: Option<u64>,
     all: bool,
     check: bool,
+    now: Option<u64>,
 }
 
 fn parse_args(args: &[String]) -> Result<Opts, String> {
@@ -68,6 +71,13 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
                     val("--count")?
                         .parse()
                         .map_err(|_| "--count takes a number")?,
+                )
+            }
+            "--now" => {
+                o.now = Some(
+                    val("--now")?
+                        .parse()
+                        .map_err(|_| "--now takes ms since 1970")?,
                 )
             }
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
@@ -121,7 +131,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
                 return 2;
             }
         }
-        let now = units::now_unix_ms();
+        let now = o.now.unwrap_or_else(units::now_unix_ms);
         let mut text = table::report(&book, &o.file, now, o.all);
         if let Some((line, why)) = &reader.first_bad {
             text += &format!(
@@ -192,7 +202,10 @@ mod tests {
     #[test]
     fn options() {
         let a = |s: &str| -> Vec<String> { s.split_whitespace().map(String::from).collect() };
-        let o = parse_args(&a("f.jsonl --follow --every 0.5 --count 3 --all --check")).unwrap();
+        let o = parse_args(&a(
+            "f.jsonl --follow --every 0.5 --count 3 --all --check --now 17",
+        ))
+        .unwrap();
         assert_eq!(
             o,
             Opts {
@@ -201,7 +214,8 @@ mod tests {
                 every: 0.5,
                 count: Some(3),
                 all: true,
-                check: true
+                check: true,
+                now: Some(17)
             }
         );
         assert!(parse_args(&a("--all"))
@@ -209,6 +223,9 @@ mod tests {
             .contains("no stats file"));
         assert!(parse_args(&a("a b")).unwrap_err().contains("one file"));
         assert!(parse_args(&a("a --every 0")).is_err());
+        assert!(parse_args(&a("a --now soon"))
+            .unwrap_err()
+            .contains("--now"));
         assert!(parse_args(&a("a --bogus")).unwrap_err().contains("--bogus"));
     }
 

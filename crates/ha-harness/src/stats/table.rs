@@ -140,7 +140,11 @@ fn row(c: &Conn, now_ms: u64) -> [String; 10] {
         format!("{} ({})", c.active, c.dev(c.active)),
         standby,
         c.failovers.to_string(),
-        c.rearms.to_string(),
+        if c.rearm_failed > 0 {
+            format!("{} ({} failed)", c.rearms, c.rearm_failed)
+        } else {
+            c.rearms.to_string()
+        },
         format!("{} / {}", b(0), b(1)),
         last_failover(c, now_ms),
         c.comm.clone(),
