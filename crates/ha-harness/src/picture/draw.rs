@@ -395,7 +395,23 @@ fn legend(s: &mut Svg, m: &Model, y: f64) -> f64 {
     if let Some(d) = &m.delivered {
         items.push(("#9e9e9e", d.label.clone(), false));
     }
-    items.push((RED, "stall (shaded; measured)".into(), false));
+    let estimated = m.spans.iter().any(|sp| sp.label.contains('≈'));
+    items.push((
+        RED,
+        if estimated {
+            "stall (shaded; ≈: estimated)".into()
+        } else {
+            "stall (shaded; measured)".into()
+        },
+        false,
+    ));
+    if m.marks.iter().any(|mk| mk.until.is_some()) {
+        items.push((
+            "#9e9e9e",
+            "light band: a link command still running".into(),
+            false,
+        ));
+    }
     items.push((GREEN, "standby ok".into(), false));
     items.push((AMBER, "standby verifying".into(), false));
     items.push((RED, "no standby".into(), false));
