@@ -6,7 +6,8 @@
 # usage: drill-verbs.sh [--pictures DIR] [MODE...]     (MODE: "down far", "down near",
 #                                                      "blackhole far"; default all three)
 # --pictures DIR: draw each drill's timeline (ha-harness timeline) as DIR/verbs-<n>-<mode>.png
-# and .svg, from the stats file, stream JSON, events and NCCL log the guest leaves on the share.
+# and .svg, from the stats file, stream JSON, events and NCCL log the guest leaves on the share;
+# the stats file and events are kept beside them (.stats.jsonl, .events.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 pictures=""
@@ -26,8 +27,11 @@ trap 'rm -rf "$out"' EXIT
 DRILL_OUT=$out SR_PASSENV="DRILL_OUT ${SR_PASSENV:-}" SR_TIMEOUT=${SR_TIMEOUT:-900} \
   bash scripts/softroce/run-in-vm.sh bash scripts/softroce/guest/drill.sh "$@" || rc=$?
 for d in "$out"/*/; do
+  d=${d%/}
   [ -f "$d/stats.jsonl" ] || continue
   name=verbs-$(basename "$d")
+  cp "$d/stats.jsonl" "$pictures/$name.stats.jsonl"
+  [ -f "$d/events.jsonl" ] && cp "$d/events.jsonl" "$pictures/$name.events.jsonl"
   if dist/ha-harness timeline --stats "$d/stats.jsonl" --stream-timeline "$d/stream.json" \
       --events "$d/events.jsonl" --nccl-log "$d/nccl.log" --title "Soft-RoCE verbs drill: $(basename "$d")" \
       -o "$pictures/$name.svg" --png "$pictures/$name.png" > "$d/timeline.log" 2>&1; then

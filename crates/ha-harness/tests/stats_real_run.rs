@@ -147,8 +147,8 @@ fn the_timeline_of_the_real_run_tells_both_failovers() {
         "switch 0→1, replayed 0",
         "switch 1→0, replayed 21",
         "re-armed path 0: redundancy back",
-        "stall ≈ 585 ms (cut → switch)",
-        "stall ≈ 580 ms (cut → switch)",
+        "stall ≈ 585 ms (work waiting → switch)",
+        "stall ≈ 580 ms (work waiting → switch)",
         ">NO STANDBY<",
         "path 0 (primary at setup): sock:r0a",
         "path 1 (standby at setup): sock:r1a",
@@ -189,6 +189,6 @@ vm:17831  2     recv  0 (sock:r0b)  LOST       2          1             319.9 Ki
 "#;
 
 const TIMELINE: [&str; 2] = [
-    "timeline: cut rail 0 (near) (command ran 92 ms) at 0.92 s → detected +535 ms (clear-to-send write completed with RetryExcErr) → switched path 0 → 1 +536 ms, 0 replayed → stall ≈ 585 ms (cut → switch) → redundancy back at 2.30 s (+755 ms)",
-    "timeline: cut rail 1 (near) (command ran 56 ms) at 3.34 s → detected +541 ms (payload write completed with RetryExcErr) → switched path 1 → 0 +578 ms, 21 replayed → stall ≈ 580 ms (cut → switch) → NO STANDBY after it (not re-armed)",
+    "timeline: cut rail 0 (near) (command ran 92 ms) at 0.92 s → detected +535 ms (clear-to-send write completed with RetryExcErr) → switched path 0 → 1 +536 ms, 0 replayed → stall ≈ 585 ms (work waiting → switch) → redundancy back at 2.30 s (+755 ms)",
+    "timeline: cut rail 1 (near) (command ran 56 ms) at 3.34 s → detected +541 ms (payload write completed with RetryExcErr) → switched path 1 → 0 +578 ms, 21 replayed → stall ≈ 580 ms (work waiting → switch) → NO STANDBY after it (not re-armed)",
 ];

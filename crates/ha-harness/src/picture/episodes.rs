@@ -309,7 +309,13 @@ pub fn build(records: &[Record], stream: Option<&Stream>, t0: f64) -> Episodes {
                 label: format!(
                     "stall ≈ {} ({} → switch)",
                     duration_ms(switch.saturating_sub(start)),
-                    if cut.is_some() { "cut" } else { "work waiting" }
+                    if cut.is_some_and(|c| effective(c) == start) {
+                        "cut"
+                    } else if waiting == Some(start) {
+                        "work waiting"
+                    } else {
+                        "detection"
+                    }
                 ),
             });
         let next = failovers.get(k + 1).map_or(u64::MAX, |n| n.detect());
@@ -320,9 +326,21 @@ pub fn build(records: &[Record], stream: Option<&Stream>, t0: f64) -> Episodes {
             Some(c) => format!("{} at {}", script_label(c), rel(c.unix_ms as f64)),
             None => format!("failure at {}", rel(start as f64)),
         };
-        let base = cut.map_or(start, effective);
+        // Times count from when the cut command returned (the link surely down by then); a
+        // failure detected while the command still ran counts from when it was issued.
+        let during = cut.is_some_and(|c| detect < effective(c));
+        let base = match cut {
+            Some(c) if during => c.unix_ms,
+            Some(c) => effective(c),
+            None => start,
+        };
         line += &format!(
-            " → detected +{} ({})",
+            " → detected {}+{} ({})",
+            if during {
+                "while the command ran, "
+            } else {
+                ""
+            },
             duration_ms(detect.saturating_sub(base)),
             shorten(&cause, 60)
         );
@@ -481,6 +499,23 @@ mod tests {
                 "cut rail 0 (near) at 1.00 s → detected +300 ms (port of device 0 is down) → switched path 0 → 1 +320 ms (2 connections), 4 replayed → stall ≈ 320 ms (cut → switch) → redundancy back at 3.50 s (+2.2 s)",
                 "cut rail 1 (far) at 6.00 s → standby lost +400 ms; traffic stayed on its path",
             ]
+        );
+    }
+
+    #[test]
+    fn a_failure_detected_while_the_cut_command_ran_counts_from_its_start() {
+        let r = recs(&[
+            r#"{"event":"cut","unix_ms":10000,"done_unix_ms":11400,"label":"down far rail A"}"#
+                .into(),
+            format!(
+                r#"{{"event":"failover","unix_ms":11215,{},"from":0,"to":1,"cause":"port down","detect_unix_ms":11200,"replayed":1}}"#,
+                conn(1)
+            ),
+        ]);
+        let ep = build(&r, None, 9000.0);
+        assert_eq!(
+            ep.summary[0],
+            "down far rail A (command ran 1.4 s) at 1.00 s → detected while the command ran, +1.2 s (port down) → switched path 0 → 1 +1.2 s, 1 replayed → stall ≈ 15 ms (detection → switch) → NO STANDBY after it (not re-armed)"
         );
     }
 
