@@ -51,8 +51,14 @@ fi
 max=${HA_ABI_MAX:-12}
 build "$max"
 install_so target/release/libnccl_net_ha.so dist/libnccl-net-ha.so
-cp -f target/release/ha-harness dist/ha-harness
+# The tool without its debug information (most of its size; dist/ travels to GPU machines).
+objcopy --strip-debug target/release/ha-harness dist/ha-harness
 cp -f target/release/ha-gdr-probe dist/ha-gdr-probe
+# A font for the PNG of `ha-harness timeline` on machines that have none (GPU images often
+# lack fonts; ha-harness also looks in <its folder>/fonts): DejaVu Sans, if this machine has it.
+for f in /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf; do
+  if [ -f "$f" ]; then mkdir -p dist/fonts && cp -f "$f" dist/fonts/; fi
+done
 echo "built $(pwd)/dist/libnccl-net-ha.so ($(stat -c %s dist/libnccl-net-ha.so) bytes; debug info in" \
   "libnccl-net-ha.so.debug): $(exports dist/libnccl-net-ha.so)"
 # The library exports the plugin tables and nothing else (what NCCL dlsyms).

@@ -6,6 +6,8 @@
 #   /usr/lib/debug/usr/lib/<multiarch>/libnccl-net-ha.so.debug   its debug information
 #                                               (gdb and perf find it through the debuglink)
 #   /usr/bin/ha-harness                         checks, benchmarks, drills, `ha-harness stats`
+#                                               (live state) and `ha-harness timeline` (pictures;
+#                                               recommends fonts-dejavu-core for the PNG's text)
 #   /usr/include/nccl_net_ha.h                  the exported ABI
 #   /usr/share/doc/nccl-net-ha/                 README.md, copyright
 # Uses dpkg-deb only (no debhelper, no cargo-deb): the package is five files and a control
@@ -57,6 +59,7 @@ Architecture: $arch
 Maintainer: nccl-net-ha developers <nccl-net-ha@localhost>
 Installed-Size: $size
 Depends: libc6, libgcc-s1, libibverbs1
+Recommends: fonts-dejavu-core
 Section: libs
 Priority: optional
 Homepage: https://github.com/nccl-net-ha/nccl-net-ha
@@ -65,7 +68,8 @@ Description: NCCL network plugin that survives NIC, cable and switch-port failur
  clusters: every connection has a primary and a standby RC path on different NICs, and
  a failover engine moves traffic to the standby, replaying exactly what the peer did not
  receive. Load it with NCCL_NET_PLUGIN=ha NCCL_NET=HA. Also ships ha-harness (checks,
- benchmarks, failover drills, live statistics) and the C header of the exported ABI.
+ benchmarks, failover drills, live statistics, failover timeline pictures) and the C
+ header of the exported ABI.
 CONTROL
 # ldconfig runs from the trigger libc-bin declares for /usr/lib/<multiarch>; say it explicitly.
 printf 'activate-noawait ldconfig\n' > "$root/DEBIAN/triggers"

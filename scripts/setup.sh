@@ -8,8 +8,9 @@ if [ "$(id -u)" -ne 0 ]; then
   else SUDO="needs-root"; fi
 fi
 
+# fonts-dejavu-core: the text of `ha-harness timeline`'s PNG pictures.
 pkgs=(build-essential pkg-config iproute2 ca-certificates
-      cmake python3 libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev)
+      cmake python3 libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev fonts-dejavu-core)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 

@@ -32,6 +32,11 @@
 #   --plugin PATH      plugin (default dist/libnccl-net-ha.so, else target/release/...)
 #   --keep DIR         keep every drill's log, events and JSON in DIR (default: temporary;
 #                      kept only when a drill failed)
+#   --pictures DIR     draw each drill's timeline (ha-harness timeline: throughput per path,
+#                      cut, detection, switch, stall, re-arm) as DIR/drill<n>.svg and .png
+#   --stats-ms MS      HA_NCCL_STATS_INTERVAL_MS of both sides (default 100): each drill's
+#                      stats file (stats.jsonl beside its log) gets a line per connection
+#                      this often
 # Environment: HA_RAILS_PREFIX (namespaces <prefix>a/<prefix>b, default drill<pid>-: unique to
 # this run, so concurrent drills on one host never touch each other's namespaces).
 # Everything is bounded: each stream ends by itself (duration, harness timeout and watchdog)
@@ -47,11 +52,11 @@ NS_A="${PREFIX}a"
 NS_B="${PREFIX}b"
 
 DRILLS=1 RAIL=0 END=random CUT_AT=0.5-1.5 RESTORE="" SECOND="" FLAP="" NOCUT=0
-EXPECT=pass ERROR_WITHIN=5000 DURATION=4 MAX_SIZE=1M TIMEOUT=10 SEED="" KEEP=""
+EXPECT=pass ERROR_WITHIN=5000 DURATION=4 MAX_SIZE=1M TIMEOUT=10 SEED="" KEEP="" PICTURES="" STATS_MS=100
 HARNESS="" PLUGIN="" ENVS=()
 
 die() { echo "sock-drill: $*" >&2; exit 2; }
-usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 
 while [ $# -gt 0 ]; do
   opt=$1; shift
@@ -79,6 +84,8 @@ while [ $# -gt 0 ]; do
     --harness) HARNESS=$val ;;
     --plugin) PLUGIN=$val ;;
     --keep) KEEP=$val ;;
+    --pictures) PICTURES=$val ;;
+    --stats-ms) STATS_MS=$val ;;
     *) die "unknown option $opt (see --help)" ;;
   esac
 done
@@ -95,6 +102,7 @@ done
 [ -z "$SECOND" ] || [ -n "$RESTORE" ] || die "--second-cut needs --restore"
 [ -z "$FLAP" ] || [ -z "$RESTORE" ] || die "--flap and --restore do not mix"
 [ "$NOCUT" = 0 ] || { [ -z "$FLAP$RESTORE" ] || die "--no-cut and --flap/--restore do not mix"; }
+[[ $STATS_MS =~ ^[0-9]+$ ]] || die "--stats-ms takes milliseconds"
 for e in "${ENVS[@]}"; do [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env '$e' is not K=V"; done
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces)"
@@ -104,6 +112,7 @@ HARNESS=$(realpath -m "${HARNESS:-$(pick "$ROOT/dist/ha-harness" "$ROOT/target/r
 PLUGIN=$(realpath -m "${PLUGIN:-$(pick "$ROOT/dist/libnccl-net-ha.so" "$ROOT/target/release/libnccl_net_ha.so")}")
 [ -x "$HARNESS" ] || die "no harness at $HARNESS (run scripts/build.sh, or --harness)"
 [ -f "$PLUGIN" ] || die "no plugin at $PLUGIN (run scripts/build.sh, or --plugin)"
+[ -z "$PICTURES" ] || { mkdir -p "$PICTURES" && PICTURES=$(realpath "$PICTURES"); } || die "cannot create $PICTURES"
 
 ms_of() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 + 0.5 }'; }
 sleep_ms() { [ "$1" -gt 0 ] && sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')" || true; }
@@ -152,16 +161,34 @@ field() { sed -nE "s/.* $1=([^ ]+).*/\1/p" <<<"$2"; }
 alive() { [ -n "$HPID" ] && kill -0 "$HPID" 2>/dev/null; }
 
 # Cuts (or restores) a rail and records the moment in the events file: CLOCK_MONOTONIC taken
-# just before `ip` runs (the link goes down a few ms later; recovery is measured from here).
+# just before `ip` runs (the link goes down a few ms later; recovery is measured from here),
+# and the same moment on the wall clock as a JSON line in EVENTS.jsonl (for the timeline), with
+# when `ip` returned (on a loaded host it can take a while: the link went down in between).
 act() { # act EVENTS cut|restore RAIL [END]
-  local t
+  local t u d
   t=$(now_ns)
+  u=$(date +%s%3N)
   case "$2/${4:-}" in
     cut/near) ip -n "$NS_A" link set "r$3a" down ;;
     cut/far) ip -n "$NS_B" link set "r$3b" down ;;
     restore/*) ip -n "$NS_A" link set "r$3a" up; ip -n "$NS_B" link set "r$3b" up ;;
   esac
+  d=$(date +%s%3N)
   if [ "$2" = cut ]; then echo "$t cut rail$3/$4" >>"$1"; else echo "$t restore rail$3" >>"$1"; fi
+  printf '{"event":"%s","unix_ms":%s,"done_unix_ms":%s,"rail":%s%s}\n' "$2" "$u" "$d" "$3" "${4:+,\"end\":\"$4\"}" >>"$1.jsonl"
+}
+
+# Draws drill N's timeline into $PICTURES (if asked); a failure to draw is said, not fatal.
+picture() { # picture N DIR
+  [ -n "$PICTURES" ] || return 0
+  local ev=() out="$PICTURES/drill$1"
+  [ -s "$2/events.jsonl" ] && ev=(--events "$2/events.jsonl")
+  if "$HARNESS" timeline --stats "$2/stats.jsonl" --stream-timeline "$2/stream.json" "${ev[@]}" \
+      --title "sock drill $1 ($mode, seed $SEED)" -o "$out.svg" --png "$out.png" >"$2/timeline.log" 2>&1; then
+    echo "  timeline: $out.png ($out.svg)"
+  else
+    echo "  timeline: not drawn: $(tail -n1 "$2/timeline.log")"
+  fi
 }
 
 RECOVERY=() BACK=() ERRAFTER=()
@@ -172,11 +199,12 @@ run_drill() {
   local n=$1 dir="$WORK/drill$n" end=$END seed=$((SEED * 1000 + n)) rc=0
   mkdir -p "$dir"
   local ev="$dir/events" log="$dir/stream.log" js="$dir/stream.json"
-  : >"$ev"
+  : >"$ev"; : >"$ev.jsonl"; rm -f "$dir/stats.jsonl"
   bash "$RAILS" restore 0; bash "$RAILS" restore 1
   [ "$end" != random ] || { if [ $((RANDOM % 2)) = 0 ]; then end=near; else end=far; fi; }
   [ "$end" != alternate ] || { if [ $((n % 2)) = 1 ]; then end=near; else end=far; fi; }
   ip netns exec "$NS_A" env HA_NCCL_FABRIC=sock HA_NCCL_SOCK_RAILS=r0a,r1a NCCL_SOCKET_IFNAME=oa \
+    HA_NCCL_STATS_FILE="$dir/stats.jsonl" HA_NCCL_STATS_INTERVAL_MS="$STATS_MS" \
     "${ENVS[@]}" "$HARNESS" stream --plugin "$PLUGIN" --mode procs \
     --child-prefix "ip netns exec $NS_B" \
     --child-env HA_NCCL_SOCK_RAILS=r0b,r1b --child-env NCCL_SOCKET_IFNAME=ob \
@@ -226,6 +254,7 @@ run_drill() {
   wait "$HPID" || rc=$?
   HPID=""
   verdict "$n" "$end" "$log" "$rc" "$hung" "$toggles"
+  picture "$n" "$dir"
 }
 
 # Judges one drill from its log and prints its line.

@@ -213,8 +213,16 @@ pub const STATS_FILE: Param = Param {
     name: "HA_NCCL_STATS_FILE",
     kind: Kind::Str,
     default: "",
-    doc: "If set, one JSON line of per-connection statistics (bytes and work requests per path, failovers, replays, duplicates dropped, re-arms) is appended here when each connection closes.",
+    doc: "If set, per-connection statistics are appended here as JSON lines: an `open` line per connection, an event line at each failover, standby loss and re-arm, a `periodic` line per live connection every `HA_NCCL_STATS_INTERVAL_MS`, and a `closed` line (counters and live resources) at close (README: Live statistics). `ha-harness stats FILE` reads it; `ha-harness timeline` draws it.",
     range: None,
+};
+
+pub const STATS_INTERVAL_MS: Param = Param {
+    name: "HA_NCCL_STATS_INTERVAL_MS",
+    kind: Kind::Millis,
+    default: "10000",
+    doc: "With `HA_NCCL_STATS_FILE`: a `periodic` line per live connection (active path, standby state, bytes per path, counters) this often, written by a plugin thread that lives while connections do; 0 = events and closing lines only. Each line is about 600 bytes: mind many connections and short intervals.",
+    range: Some((0, 86_400_000)),
 };
 
 pub const QP_TIMEOUT: Param = Param {
@@ -274,6 +282,7 @@ pub const PARAMS: &[Param] = &[
     REARM_HOLD_MS,
     MR_POLICY,
     STATS_FILE,
+    STATS_INTERVAL_MS,
     QP_TIMEOUT,
     QP_RETRY_CNT,
     GDR,
@@ -318,6 +327,8 @@ pub struct Config {
     pub mr_eager: bool,
     /// `HA_NCCL_STATS_FILE` (empty = none).
     pub stats_file: String,
+    /// `HA_NCCL_STATS_INTERVAL_MS` (zero: no periodic lines).
+    pub stats_interval: Duration,
     /// `HA_NCCL_QP_TIMEOUT`.
     pub qp_timeout: u8,
     /// `HA_NCCL_QP_RETRY_CNT`.
@@ -418,6 +429,10 @@ impl Config {
             rearm_hold: Duration::from_millis(parse_number(&REARM_HOLD_MS, &text(&REARM_HOLD_MS))?),
             mr_eager: parse_enum(&MR_POLICY, &text(&MR_POLICY))? == 1,
             stats_file: text(&STATS_FILE).trim().to_string(),
+            stats_interval: Duration::from_millis(parse_number(
+                &STATS_INTERVAL_MS,
+                &text(&STATS_INTERVAL_MS),
+            )?),
             qp_timeout: parse_number(&QP_TIMEOUT, &text(&QP_TIMEOUT))? as u8,
             qp_retry_cnt: parse_number(&QP_RETRY_CNT, &text(&QP_RETRY_CNT))? as u8,
             gdr: crate::fabric::verbs::gdr::GdrMode::ALL[parse_enum(&GDR, &text(&GDR))?],
@@ -979,6 +994,7 @@ mod tests {
             ("HA_NCCL_REARM_HOLD_MS", "23"),
             ("HA_NCCL_MR_POLICY", "eager"),
             ("HA_NCCL_STATS_FILE", "/tmp/s.json"),
+            ("HA_NCCL_STATS_INTERVAL_MS", "37"),
             ("HA_NCCL_QP_TIMEOUT", "12"),
             ("HA_NCCL_QP_RETRY_CNT", "3"),
             ("HA_NCCL_SOCK_MAX_QP", "29"),
@@ -1005,6 +1021,7 @@ mod tests {
             rearm_hold,
             mr_eager,
             stats_file,
+            stats_interval,
             qp_timeout,
             qp_retry_cnt,
             gdr,
@@ -1023,10 +1040,11 @@ mod tests {
         assert_eq!(heartbeat, Duration::from_millis(19));
         assert_eq!(rearm_hold, Duration::from_millis(23));
         assert_eq!(stats_file, "/tmp/s.json");
+        assert_eq!(stats_interval, Duration::from_millis(37));
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
         assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
         assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
-        assert_eq!(PARAMS.len(), 21, "one PARAMS row per Config field");
+        assert_eq!(PARAMS.len(), 22, "one PARAMS row per Config field");
     }
 
     #[test]

@@ -149,6 +149,8 @@ fn a_thousand_connections_leave_no_resource_behind() {
         ("HA_NCCL_SOCK_RAILS", "127.0.0.1,127.0.0.2"),
         ("HA_NCCL_ENABLE_BACKUP", "1"),
         ("HA_NCCL_STATS_FILE", stats.to_str().unwrap()),
+        // The stats writer thread runs while connections live: it must go with the last.
+        ("HA_NCCL_STATS_INTERVAL_MS", "20"),
     ] {
         std::env::set_var(k, v);
     }
@@ -205,11 +207,20 @@ fn a_thousand_connections_leave_no_resource_behind() {
         "plugin threads: {} now, {threads0} at start",
         plugin_threads()
     );
-    // Every connection wrote one stats line carrying the counters; the connection closing
-    // is still counted in its own line.
+    // Every connection wrote one opening line and one closing line carrying the counters;
+    // the connection closing is still counted in its own line. (Periodic lines come from the
+    // stats writer thread, which stopped with the last connection: counted above.)
     let text = std::fs::read_to_string(&stats).expect("stats file");
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2 * CONNECTIONS, "one stats line per comm");
+    let opened = text
+        .lines()
+        .filter(|l| l.starts_with("{\"event\":\"open\""))
+        .count();
+    assert_eq!(opened, 2 * CONNECTIONS, "one opening line per comm");
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("{\"event\":\"closed\""))
+        .collect();
+    assert_eq!(lines.len(), 2 * CONNECTIONS, "one closing line per comm");
     for l in &lines {
         let r = l
             .split_once("\"resources\":{")

@@ -1,6 +1,7 @@
 //! `ha-harness`: drives any ext-net v8 plugin the way NCCL's proxy does, through
 //! [`nccl_net_loader`]. `check` runs a functional suite with every byte verified; `bench`
-//! measures latency and bandwidth per message size. Two endpoints talk to each other: two
+//! measures latency and bandwidth per message size. `stats` reads a plugin's stats file,
+//! `timeline` draws it (see [`stats`], [`picture`]). Two endpoints talk to each other: two
 //! threads of one process (`--mode threads`) or this process and a child (`--mode procs`).
 
 pub mod args;
@@ -11,9 +12,11 @@ pub mod conn;
 pub mod driver;
 pub mod outcome;
 pub mod pattern;
+pub mod picture;
 pub mod plan;
 pub mod report;
 pub mod session;
+pub mod stats;
 pub mod stream;
 pub mod wire;
 

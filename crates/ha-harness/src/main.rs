@@ -1,11 +1,15 @@
 //! `ha-harness <check|bench> --plugin PATH ...`: functional checks and benchmarks for any
 //! NCCL ext-net v8 plugin (see `ha_harness`); `ha-harness stream ...` streams
-//! verified traffic for failover drills (see `ha_harness::stream`).
+//! verified traffic for failover drills (see `ha_harness::stream`); `ha-harness stats FILE`
+//! reads a plugin's stats file and `ha-harness timeline` draws it (`ha_harness::stats`,
+//! `ha_harness::picture`).
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     std::process::exit(match args.first().map(String::as_str) {
         Some("stream" | "now") => ha_harness::stream::main_with_args(&args),
+        Some("stats") => ha_harness::stats::main_with_args(&args[1..]),
+        Some("timeline") => ha_harness::picture::main_with_args(&args[1..]),
         _ => ha_harness::main_with_args(&args),
     });
 }

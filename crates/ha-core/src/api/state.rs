@@ -181,6 +181,7 @@ fn build() -> ApiResult<Plugin> {
         handshake_timeout: cfg.handshake_timeout,
         traffic_class: None,
     };
+    crate::transport::stats::set_interval(cfg.stats_interval);
     let engine = Engine::new(fabric, cfg.progress_spin);
     Ok(Plugin {
         ha,

@@ -4,6 +4,7 @@
 //! zero-length probe writes (standby heartbeat, keep-alive of a waiting connection).
 //! Dropping a path fences its queue pair first.
 
+use super::stats::PathMeter;
 use crate::engine::{CqShare, DeviceRes, Lease, Route};
 use crate::fabric::{Completion, QpCaps, QueuePair, Result as FabricResult, SendOp, SendWr, Sge};
 use ha_proto::data::layout::{decode_wr_id, wr_id, WrKind, FIFO_DEPTH, MAILBOX_SLOTS, MAX_RECVS};
@@ -68,9 +69,9 @@ pub struct Path {
     probes: u64,
     probe_outstanding: bool,
     last_probe: Option<Instant>,
-    /// Bytes and work requests posted on this path.
-    pub bytes: u64,
-    pub wrs: u64,
+    /// Where bytes and work requests posted on this path are counted (the link's counters of
+    /// this path index, read live by the stats writer).
+    pub meter: PathMeter,
 }
 
 impl Path {
@@ -98,8 +99,7 @@ impl Path {
             probes: 0,
             probe_outstanding: false,
             last_probe: None,
-            bytes: 0,
-            wrs: 0,
+            meter: PathMeter::default(),
         };
         p.refill()?;
         Ok(p)
@@ -122,13 +122,15 @@ impl Path {
         debug_assert!(wrs.last().is_some_and(|w| w.signaled));
         self.qp.post_send(wrs)?;
         let now = Instant::now();
+        let mut bytes = 0;
         for w in wrs {
-            self.bytes += w.local.len as u64;
-            self.wrs += 1;
+            bytes += w.local.len as u64;
             if w.signaled {
                 self.outstanding.push_back((w.wr_id, now));
             }
         }
+        self.meter.bytes.add(bytes);
+        self.meter.wrs.add(wrs.len() as u64);
         Ok(())
     }
 

@@ -257,8 +257,9 @@ impl RecvComm {
         self.machine.duplicates()
     }
 
-    pub fn stats(&self) -> &super::stats::Stats {
-        &self.link.stats
+    /// The connection's counters now.
+    pub fn stats(&self) -> super::stats::Stats {
+        self.link.stats.snapshot(self.machine.duplicates())
     }
 }
 

@@ -264,8 +264,9 @@ impl SendComm {
         self.link.devices()
     }
 
-    pub fn stats(&self) -> &super::stats::Stats {
-        &self.link.stats
+    /// The connection's counters now.
+    pub fn stats(&self) -> super::stats::Stats {
+        self.link.stats.snapshot(0)
     }
 }
 

@@ -277,6 +277,16 @@ fn run(o: &StreamOpts) -> i32 {
             ("window", o.window.to_string()),
             ("multi_max", multi_max.to_string()),
             ("start_monotonic_ns", clock.start_ns().to_string()),
+            // The same moment on the wall clock (for `ha-harness timeline`, which places the
+            // completions among the plugin's stats lines).
+            (
+                "start_unix_ms",
+                format!(
+                    "{:.3}",
+                    crate::stats::units::now_unix_ms() as f64
+                        - clock.start_instant().elapsed().as_secs_f64() * 1e3
+                ),
+            ),
         ];
         if let Err(e) = std::fs::write(path, s.json(&info)) {
             err_line(&format!("ha-harness: writing {}: {e}", path.display()));

@@ -471,12 +471,13 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
     })
 }
 
-/// The sum of numeric field `key` over every connection line of `who`'s stats file.
+/// The sum of numeric field `key` over every connection's closing line in `who`'s stats file.
 fn sum_field(dir: &Path, who: &str, key: &str) -> u64 {
     let Ok(s) = std::fs::read_to_string(dir.join(format!("stats-{who}.json"))) else {
         return 0;
     };
     s.lines()
+        .filter(|l| l.starts_with("{\"event\":\"closed\""))
         .filter_map(|l| {
             let i = l.find(&format!("\"{key}\":"))? + key.len() + 3;
             l[i..].split([',', '}']).next()?.parse::<u64>().ok()

@@ -5,7 +5,6 @@
 
 use super::{Event, Failing, Link, Phase};
 use crate::fabric::WcStatus;
-use crate::transport::stats::unix_ms;
 use ha_proto::data::ProtoError;
 use std::time::Instant;
 
@@ -25,14 +24,14 @@ impl Link {
         if i != self.active && failing_to != Some(i) {
             if self.rearmed.contains(&i) {
                 self.rearmed.retain(|&d| d != i);
-                self.stats.rearm_failed += 1;
+                self.stats.rearm_failed.inc();
                 tracing::debug!(
                     "NET/HA : {}: re-arm of path {i} did not verify ({cause}); retrying after the hold-down",
                     self.name
                 );
                 return Event::Nothing;
             }
-            self.stats.standby_lost += 1;
+            self.stats.lost_standby(i, &cause);
             tracing::warn!(
                 "NET/HA : {}: standby path {i} lost ({cause}); redundancy lost until it is re-armed",
                 self.name
@@ -46,6 +45,8 @@ impl Link {
             );
             self.stall_noted = false;
             self.slow_noted = false;
+            let waiting = self.paths[i].as_ref().and_then(|p| p.oldest_outstanding());
+            self.stats.detected(waiting);
             self.phase = Phase::Failing(Failing {
                 from: i,
                 to: other,
@@ -104,10 +105,10 @@ impl Link {
         self.active = to;
         self.epoch += 1;
         self.slow_noted = false;
-        self.stats.failovers += 1;
-        self.stats.replays += replayed as u64;
-        self.stats.last_failover_unix_ms = unix_ms();
-        self.stats.last_failover_us = f.since.elapsed().as_micros() as u64;
+        let took_us = self
+            .stats
+            .failover(f.from, to, &f.cause, f.since, replayed as u64);
+        self.publish();
         tracing::warn!(
             "NET/HA : failover {}: path {} (dev {}) -> path {} (dev {}), cause: {}, replayed {}, took {} us",
             self.name,
@@ -117,7 +118,7 @@ impl Link {
             self.holds[to].dev.dev,
             f.cause,
             replayed,
-            self.stats.last_failover_us
+            took_us
         );
     }
 }

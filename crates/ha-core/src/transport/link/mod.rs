@@ -16,7 +16,7 @@
 use super::ha::HaCfg;
 use super::path::{Health, Path};
 use super::region::Region;
-use super::stats::Stats;
+use super::stats::{ConnStats, LiveStats, Standby, State};
 use crate::engine::Lease;
 use crate::fabric::counters::{Held, Resource};
 use crate::fabric::{Completion, SendOp, SendWr, Sge, WcOpcode, WcStatus};
@@ -106,7 +106,8 @@ pub struct Link {
     pub epoch: u32,
     pub phase: Phase,
     pub cfg: HaCfg,
-    pub stats: Stats,
+    /// Live counters (read by the stats writer while the link lives).
+    pub stats: LiveStats,
     pub role: Role,
     last_failure: Option<Instant>,
     waiting_since: Option<Instant>,
@@ -123,7 +124,6 @@ pub struct Link {
     /// A failover waiting on the peer past its deadline was logged.
     slow_noted: bool,
     pub name: String,
-    pub stats_file: String,
     holds: Vec<Lease>,
     /// Counted as a live connection until the link (and everything above) is gone.
     _held: Held,
@@ -157,8 +157,28 @@ impl Link {
         if parts.paths.len() == 1 {
             tracing::info!("NET/HA : {name}: one path (no standby)");
         }
+        let devices = holds
+            .iter()
+            .map(|h| {
+                let fabric = h.engine().fabric();
+                let info = fabric.devices().get(h.dev.dev);
+                info.map_or_else(|| h.dev.dev.to_string(), |d| d.name.clone())
+            })
+            .collect();
+        let role = parts.role.name();
+        let stats = LiveStats::new(ConnStats::new(
+            role,
+            name.clone(),
+            devices,
+            &parts.stats_file,
+        ));
+        let mut paths = parts.paths;
+        for (i, p) in paths.iter_mut().enumerate() {
+            p.meter = stats.meter(i);
+        }
+        stats.opened();
         Link {
-            paths: parts.paths.into_iter().map(Some).collect(),
+            paths: paths.into_iter().map(Some).collect(),
             rearm: None,
             active: 0,
             region: parts.region,
@@ -172,7 +192,7 @@ impl Link {
             epoch: 0,
             phase: Phase::Normal,
             cfg: parts.cfg,
-            stats: Stats::default(),
+            stats,
             role: parts.role,
             last_failure: None,
             waiting_since: None,
@@ -183,7 +203,6 @@ impl Link {
             stall_noted: false,
             slow_noted: false,
             name,
-            stats_file: parts.stats_file,
             holds,
             _held: Held::new(Resource::Connection),
         }
@@ -244,6 +263,7 @@ impl Link {
             .map(|(i, c)| self.classify(i, c))
             .collect();
         events.push(self.tick());
+        self.publish();
         events
     }
 
@@ -305,7 +325,7 @@ impl Link {
         }
         if unverified && self.path(i).health == Health::Healthy && self.rearmed.contains(&i) {
             self.rearmed.retain(|&d| d != i);
-            self.stats.rearms += 1;
+            self.stats.rearmed(i);
             tracing::info!(
                 "NET/HA : {}: path {i} re-armed as the standby (verified)",
                 self.name
@@ -354,7 +374,7 @@ impl Link {
         if i == self.active || from == Some(i) {
             return Event::Data(c);
         }
-        self.stats.stale_dropped += 1;
+        self.stats.stale_dropped.inc();
         tracing::warn!(
             "NET/HA : {}: completion of path {i} after the switch to path {} dropped (wr_id {:#x})",
             self.name,
@@ -393,20 +413,31 @@ impl Link {
 
     /// Log (and write) the statistics; called once at close.
     pub fn report(&mut self, duplicates: u64) {
-        for i in 0..self.paths.len() {
-            if let Some(p) = self.paths[i].as_ref() {
-                self.stats.bytes[i.min(1)] += p.bytes;
-                self.stats.wrs[i.min(1)] += p.wrs;
-            }
-        }
-        self.stats.duplicates = duplicates;
-        let devices: Vec<String> = self
-            .holds
-            .iter()
-            .map(|h| format!("{}", h.dev.dev))
-            .collect();
-        self.stats
-            .report(&self.name, self.role.name(), &devices, &self.stats_file);
+        self.publish();
+        self.stats.close(duplicates);
+    }
+
+    /// Tell the live statistics which path is active and what the standby is worth.
+    pub(crate) fn publish(&self) {
+        let standby = match (0..self.paths.len()).find(|&i| i != self.active) {
+            None => Standby::None,
+            Some(o) => match self.paths[o].as_ref().map(|p| p.health) {
+                Some(Health::Healthy) => Standby::Ok,
+                Some(Health::Unverified) => Standby::Verifying,
+                _ if self.rearm.is_some() => Standby::Rearming,
+                _ => Standby::Lost,
+            },
+        };
+        let phase = match self.phase {
+            Phase::Normal => "normal",
+            Phase::Failing(_) => "failing",
+            Phase::Dead => "dead",
+        };
+        self.stats.publish(State {
+            active: self.active,
+            phase,
+            standby,
+        });
     }
 }
 

@@ -120,8 +120,7 @@ impl Link {
                     b: msg.b,
                     endpoint: p.qp.local_endpoint(),
                 };
-                self.retire(d);
-                self.paths[d] = Some(p);
+                self.install(d, p);
                 self.rearmed.retain(|&x| x != d);
                 self.rearmed.push(d);
                 let a = self.active;
@@ -173,8 +172,7 @@ impl Link {
         };
         match p.connect(&peer) {
             Ok(()) => {
-                self.retire(d);
-                self.paths[d] = Some(p);
+                self.install(d, p);
                 self.rearmed.retain(|&x| x != d);
                 self.rearmed.push(d);
                 let done = CtrlMsg {
@@ -202,11 +200,9 @@ impl Link {
         }
     }
 
-    /// Fold a path's counters into the stats before it goes.
-    fn retire(&mut self, i: usize) {
-        if let Some(p) = self.paths[i].take() {
-            self.stats.bytes[i.min(1)] += p.bytes;
-            self.stats.wrs[i.min(1)] += p.wrs;
-        }
+    /// Path `i`'s new queue pair replaces the failed one (and counts where it counted).
+    fn install(&mut self, i: usize, mut p: Path) {
+        p.meter = self.stats.meter(i);
+        self.paths[i] = Some(p);
     }
 }

@@ -68,7 +68,7 @@ impl Link {
     pub fn tick(&mut self) -> Event {
         let now = Instant::now();
         if self.clock.tick(now) {
-            self.stats.late_ticks += 1;
+            self.stats.late_ticks.inc();
             tracing::debug!(
                 "NET/HA : {}: tick came late: soft timers restart (this process or its caller did not run)",
                 self.name

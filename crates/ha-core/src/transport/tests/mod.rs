@@ -6,6 +6,7 @@
 mod ctl_fabric;
 mod drain;
 mod limits;
+mod live_stats;
 mod pair;
 mod rearm;
 mod tick;

@@ -64,15 +64,25 @@ impl Pair {
         Pair::over(CtlFabric::new(sock(), Arc::new(Ctl::default())), cfg)
     }
 
+    /// A pair whose connections write their statistics to `stats_file`.
+    pub fn with_stats(cfg: HaCfg, stats_file: &str) -> Pair {
+        let fabric = CtlFabric::new(sock(), Arc::new(Ctl::default()));
+        Pair::build(fabric, cfg, stats_file)
+    }
+
     /// A pair over `fabric` (say, one limiting the message size).
     pub fn over(fabric: CtlFabric, cfg: HaCfg) -> Pair {
+        Pair::build(fabric, cfg, "")
+    }
+
+    fn build(fabric: CtlFabric, cfg: HaCfg, stats_file: &str) -> Pair {
         let ctl = fabric.ctl.clone();
         let engine = Engine::new(Arc::new(fabric), Duration::from_micros(50));
         let mut handle = [0u8; HANDLE_SIZE];
         let ip = "127.0.0.1".parse().unwrap();
-        let mut listen = ListenComm::new(&engine, 0, ip, &cfg, "", &mut handle).unwrap();
+        let mut listen = ListenComm::new(&engine, 0, ip, &cfg, stats_file, &mut handle).unwrap();
         let h = ConnectHandle::decode(&handle).unwrap();
-        let mut pending = PendingConnect::start(&engine, 0, &h, &cfg, "").unwrap();
+        let mut pending = PendingConnect::start(&engine, 0, &h, &cfg, stats_file).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         let (mut sent_ready, mut recv) = (false, None);
         while !sent_ready || recv.is_none() {
