@@ -4,7 +4,9 @@
 //!
 //! The periodic duties (soft timeout, port events, standby heartbeats, keep-alive) are in
 //! `timers.rs`, hard failures and the switch in `failure.rs`, re-arming a failed path with a
-//! fresh queue pair in `rearm.rs`.
+//! fresh queue pair (and its backoff) in `rearm.rs`, the planned switch (no fence, no replay)
+//! in `planned.rs`, and which path traffic belongs on — home, unless a device is drained — in
+//! `placement.rs`.
 //!
 //! A failover, seen from here: an error completion (or a port event or stalled work request
 //! with a verified standby to move to, or the peer's word) on the active path fences it (ERR)
@@ -16,7 +18,7 @@
 use super::ha::HaCfg;
 use super::path::{Health, Path};
 use super::region::Region;
-use super::stats::Stats;
+use super::stats::{Stats, SwitchEvent, SwitchKind};
 use crate::engine::Lease;
 use crate::fabric::counters::{Held, Resource};
 use crate::fabric::{Completion, SendOp, SendWr, Sge, WcOpcode, WcStatus};
@@ -24,12 +26,16 @@ use ha_proto::data::layout::{
     ctrl_imm, ctrl_slot, decode_wr_id, wr_id, CtrlMsg, WrKind, CTRL_WORDS, MAILBOX_SLOTS,
 };
 use ha_proto::data::ProtoError;
+use ha_proto::recovery::{Backoff, ReturnHold};
 use std::time::Instant;
 
 mod failure;
+mod placement;
+mod planned;
 mod rearm;
 mod timers;
 
+pub use planned::{PlanWhy, Planned};
 pub use timers::{Drain, SoftClock};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +69,8 @@ pub struct Failing {
 #[derive(Clone, Debug)]
 pub enum Phase {
     Normal,
+    /// A planned switch (return home, drain): nothing is fenced, nothing replayed.
+    Planned(Planned),
     Failing(Failing),
     Dead,
 }
@@ -108,7 +116,24 @@ pub struct Link {
     pub cfg: HaCfg,
     pub stats: Stats,
     pub role: Role,
-    last_failure: Option<Instant>,
+    /// The preferred path: the one on the device NCCL chose.
+    pub home: usize,
+    /// When each path was verified (its first successful completion since it was connected);
+    /// `None` while unverified or failed.
+    verified_at: Vec<Option<Instant>>,
+    /// The hold before returning home, with hysteresis.
+    ret: ReturnHold,
+    /// The schedule of re-arm attempts of the failed path.
+    backoff: Backoff,
+    /// What the drain lists say of this connection's paths.
+    drain: placement::DrainView,
+    /// Sender: the failed path's port was seen down (its coming back restarts the backoff).
+    rearm_port_down: bool,
+    /// Sender: a refused planned switch is not tried again before this.
+    plan_retry_at: Option<Instant>,
+    /// Traffic left the preferred path for a drain (it goes back after the undrain even
+    /// without `HA_NCCL_RETURN_HOME`).
+    left_for_drain: bool,
     waiting_since: Option<Instant>,
     /// Re-armed paths not yet verified by a completion.
     rearmed: Vec<usize>,
@@ -154,6 +179,9 @@ impl Link {
             .collect();
         let name = format!("{} [{}]", parts.role.name(), names.join(" | "));
         let clock = SoftClock::new(Instant::now(), parts.cfg.late_tick());
+        let n = parts.paths.len();
+        let ret = ReturnHold::new(parts.cfg.home.return_hold, parts.cfg.home.return_hold_max);
+        let backoff = Backoff::new(parts.cfg.rearm_hold, parts.cfg.home.rearm_backoff_max);
         if parts.paths.len() == 1 {
             tracing::info!("NET/HA : {name}: one path (no standby)");
         }
@@ -174,7 +202,14 @@ impl Link {
             cfg: parts.cfg,
             stats: Stats::default(),
             role: parts.role,
-            last_failure: None,
+            home: 0,
+            verified_at: vec![None; n],
+            ret,
+            backoff,
+            drain: placement::DrainView::default(),
+            rearm_port_down: false,
+            plan_retry_at: None,
+            left_for_drain: false,
             waiting_since: None,
             rearmed: Vec::new(),
             rearm_attempts: 0,
@@ -214,7 +249,7 @@ impl Link {
     }
 
     /// What the fabric's asynchronous events say of path `i`'s port.
-    fn port_healthy(&self, i: usize) -> bool {
+    pub(super) fn port_healthy(&self, i: usize) -> bool {
         let h = &self.holds[i];
         h.engine().fabric().port_healthy(h.dev.dev)
     }
@@ -232,6 +267,43 @@ impl Link {
             Phase::Failing(f) => Some(f),
             _ => None,
         }
+    }
+
+    /// The name of path `i`'s device, as the fabric names it (`mlx5_0:1`, `sock:eth1`).
+    pub fn device_name(&self, i: usize) -> String {
+        let h = &self.holds[i];
+        h.engine()
+            .fabric()
+            .devices()
+            .get(h.dev.dev)
+            .map_or_else(|| format!("dev {}", h.dev.dev), |d| d.name.clone())
+    }
+
+    /// Data bytes each path has carried so far (both path indices, re-armed queue pairs
+    /// included).
+    pub fn path_bytes(&self) -> [u64; 2] {
+        let mut b = self.stats.bytes;
+        for (i, p) in self.paths.iter().enumerate() {
+            if let Some(p) = p {
+                b[i.min(1)] += p.bytes;
+            }
+        }
+        b
+    }
+
+    /// Append switch `kind` from `from` to `to`, which took `took_us`, to the stats file.
+    fn switch_event(&self, kind: SwitchKind, from: usize, to: usize, took_us: u64) {
+        SwitchEvent {
+            comm: &self.name,
+            role: self.role.name(),
+            kind,
+            from,
+            to,
+            epoch: self.epoch,
+            took_us,
+            bytes: self.path_bytes(),
+        }
+        .write(&self.stats_file);
     }
 
     /// Drain up to `max_poll` completions and run the periodic duties: what the side must act
@@ -303,13 +375,11 @@ impl Link {
         } else {
             path.on_send_completion(&c);
         }
-        if unverified && self.path(i).health == Health::Healthy && self.rearmed.contains(&i) {
-            self.rearmed.retain(|&d| d != i);
-            self.stats.rearms += 1;
-            tracing::info!(
-                "NET/HA : {}: path {i} re-armed as the standby (verified)",
-                self.name
-            );
+        if unverified && self.path(i).health == Health::Healthy {
+            self.verified_at[i] = Some(Instant::now());
+            if self.rearmed.contains(&i) {
+                self.rearm_verified(i);
+            }
         }
         if !c.status.is_ok() {
             if fenced {
@@ -345,8 +415,9 @@ impl Link {
     }
 
     /// A successful data completion (a receive with a data immediate, a payload or record
-    /// write) of path `i`: for the data machine only if it comes from the active path, or
-    /// from the path being failed over from (what it completed before the fence). After the
+    /// write) of path `i`: for the data machine only if it comes from the active path (during
+    /// a planned switch: the path being left), or from the path being failed over from (what
+    /// it completed before the fence). After the
     /// switch nothing of another path may complete a request (the replay, decided by the
     /// drained fence, covers it), so such a completion is dropped and counted.
     fn data_event(&mut self, i: usize, c: Completion) -> Event {
@@ -399,6 +470,7 @@ impl Link {
                 self.stats.wrs[i.min(1)] += p.wrs;
             }
         }
+        self.stats.rearm_attempts = self.rearm_attempts;
         self.stats.duplicates = duplicates;
         let devices: Vec<String> = self
             .holds

@@ -31,6 +31,7 @@ pub fn cfg() -> HaCfg {
         rearm_hold: Duration::from_millis(200),
         handshake_timeout: Duration::from_secs(20),
         traffic_class: None,
+        home: Default::default(),
     }
 }
 
