@@ -237,7 +237,7 @@ pub const DRAIN_FILE: Param = Param {
     name: "HA_NCCL_DRAIN_FILE",
     kind: Kind::Str,
     default: "/run/nccl-net-ha/drain",
-    doc: "Operators' drain list, watched by every process using the plugin (checked at most every 100 ms): device or interface names (`mlx5_0`, `mlx5_0:1`, `sock:eth1`, `eth1`), one per line, `#` comments. Connections move off a listed device with a planned switch and stay off until it is removed (`ha-harness drain|undrain DEV` edits it); a connection with no other path keeps running and is reported. Empty = no drain control.",
+    doc: "Operators' drain list, watched by every process using the plugin (checked at most every 100 ms): device or interface names (`mlx5_0`, `mlx5_0:1`, `sock:eth1`, `eth1`), one per line, `#` comments. Connections move off a listed device with a planned switch and stay off until it is removed (`ha-harness drain DEV` and `ha-harness undrain DEV` edit it); a connection with no other path keeps running and is reported. Empty = no drain control.",
     range: None,
 };
 

@@ -35,7 +35,7 @@ pub(super) struct DrainView {
     /// Receiver: counter of `DrainState` messages.
     told_seq: u64,
     /// A drained active path with nowhere to go was reported.
-    stuck_noted: bool,
+    pub(super) stuck_noted: bool,
 }
 
 impl Link {

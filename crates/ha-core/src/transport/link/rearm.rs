@@ -120,6 +120,18 @@ impl Link {
         self.rearm_attempts
     }
 
+    /// The current hold before a return home (hysteresis included).
+    #[cfg(test)]
+    pub(crate) fn return_hold(&self) -> std::time::Duration {
+        self.ret.hold()
+    }
+
+    /// Whether a drained active path with nowhere to go was reported.
+    #[cfg(test)]
+    pub(crate) fn drain_stuck(&self) -> bool {
+        self.drain.stuck_noted
+    }
+
     /// Whether a re-arm message belongs to this epoch (not to a path set a switch replaced).
     fn current(&self, msg: &CtrlMsg) -> bool {
         if msg.epoch == self.epoch {
@@ -142,24 +154,8 @@ impl Link {
             return;
         }
         if !self.port_healthy(d) {
-            // Refused: the sender backs off and tries again (the two ends may see the port
-            // come back seconds apart).
-            let no = CtrlMsg {
-                kind: CtrlKind::RearmAck,
-                epoch: self.epoch,
-                a: d as u64,
-                b: msg.b,
-                endpoint: Vec::new(),
-            };
-            let a = self.active;
-            if let Err(e) = self.send_ctrl(a, &no) {
-                tracing::warn!("NET/HA : {}: re-arm refusal not sent: {e}", self.name);
-            }
-            tracing::debug!(
-                "NET/HA : {}: re-arm of path {d} (attempt {}) refused: its port is down here",
-                self.name,
-                msg.b
-            );
+            // The two ends may see the port come back seconds apart.
+            self.refuse_rearm(d, msg.b, "its port is down here");
             return;
         }
         let peer = PathParams {
@@ -195,8 +191,28 @@ impl Link {
                     msg.b
                 );
             }
-            Err(e) => tracing::info!("NET/HA : {}: re-arm of path {d} refused: {e}", self.name),
+            Err(e) => self.refuse_rearm(d, msg.b, &e.to_string()),
         }
+    }
+
+    /// Receiver: answer re-arm `attempt` of path `d` without an endpoint (refused): the sender
+    /// backs off and tries again.
+    fn refuse_rearm(&mut self, d: usize, attempt: u64, why: &str) {
+        let no = CtrlMsg {
+            kind: CtrlKind::RearmAck,
+            epoch: self.epoch,
+            a: d as u64,
+            b: attempt,
+            endpoint: Vec::new(),
+        };
+        let a = self.active;
+        if let Err(e) = self.send_ctrl(a, &no) {
+            tracing::warn!("NET/HA : {}: re-arm refusal not sent: {e}", self.name);
+        }
+        tracing::debug!(
+            "NET/HA : {}: re-arm of path {d} (attempt {attempt}) refused: {why}",
+            self.name
+        );
     }
 
     /// Sender: the receiver's queue pair for the path being re-armed (the answer to the
@@ -221,7 +237,7 @@ impl Link {
         if msg.endpoint.is_empty() {
             let d = msg.a as usize;
             self.rearm = None;
-            self.rearm_attempt_failed(d, Instant::now(), "refused: the port is down at the peer");
+            self.rearm_attempt_failed(d, Instant::now(), "refused by the peer (its port is down, or connecting failed)");
             return;
         }
         let Some(Rearming {
