@@ -11,6 +11,7 @@ pub const MAX_WINDOW: usize = nccl_net_abi::common::NCCL_NET_MAX_REQUESTS;
 
 pub const USAGE: &str = "\
 usage: ha-harness <check|bench|stream|now|help> --plugin PATH [options]   (stream: `ha-harness stream --help`)
+       ha-harness <drain|undrain|drained> [DEV...]   the node's drain list (`ha-harness drain --help`)
 
 common options:
   --plugin PATH       ext-net library to load (required); its newest exported ABI is used

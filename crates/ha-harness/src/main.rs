@@ -1,11 +1,13 @@
 //! `ha-harness <check|bench> --plugin PATH ...`: functional checks and benchmarks for any
 //! NCCL ext-net v8 plugin (see `ha_harness`); `ha-harness stream ...` streams
-//! verified traffic for failover drills (see `ha_harness::stream`).
+//! verified traffic for failover drills (see `ha_harness::stream`); `ha-harness
+//! drain|undrain|drained` edit the node's drain list (see `ha_harness::drain`).
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     std::process::exit(match args.first().map(String::as_str) {
         Some("stream" | "now") => ha_harness::stream::main_with_args(&args),
+        Some("drain" | "undrain" | "drained") => ha_harness::drain::main_with_args(&args),
         _ => ha_harness::main_with_args(&args),
     });
 }

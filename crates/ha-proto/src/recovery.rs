@@ -110,7 +110,8 @@ impl Backoff {
     pub fn done(&mut self, now: Instant) -> (u64, Duration) {
         let out = (
             self.attempts,
-            self.since.map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
+            self.since
+                .map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
         );
         *self = Backoff::new(self.base, self.cap);
         out
@@ -210,14 +211,20 @@ mod tests {
             waits.push(r.wait);
             now += r.wait;
         }
-        assert_eq!(&waits[..5], &[200 * MS, 400 * MS, 800 * MS, 1600 * MS, 3200 * MS]);
+        assert_eq!(
+            &waits[..5],
+            &[200 * MS, 400 * MS, 800 * MS, 1600 * MS, 3200 * MS]
+        );
         assert_eq!(waits[9], 60_000 * MS, "capped");
         assert!(waits[9..].iter().all(|&w| w == 60_000 * MS));
         assert_eq!(b.attempts(), 500, "never gives up");
         let (attempts, down) = b.done(now);
         assert_eq!(attempts, 500);
         assert_eq!(down, now - t0);
-        assert!(!b.due(now + 3600_000 * MS), "nothing scheduled once the path is back");
+        assert!(
+            !b.due(now + 3_600_000 * MS),
+            "nothing scheduled once the path is back"
+        );
     }
 
     #[test]
@@ -234,7 +241,11 @@ mod tests {
         b.started();
         assert_eq!(b.failed(now).wait, 10_000 * MS);
         b.port_up(now + 1_000 * MS);
-        assert_eq!(b.next_at(), Some(now + 1_100 * MS), "one hold-down after the event");
+        assert_eq!(
+            b.next_at(),
+            Some(now + 1_100 * MS),
+            "one hold-down after the event"
+        );
         assert_eq!(b.delay(), 100 * MS);
         // An event for a path that is fine schedules nothing.
         let mut fine = Backoff::new(100 * MS, 10_000 * MS);
@@ -251,7 +262,10 @@ mod tests {
         b.failed(t0 + 100 * MS);
         b.lost(t0 + 500 * MS);
         assert_eq!(b.next_at(), Some(t0 + 600 * MS));
-        assert!(!b.failed(t0 + 700 * MS).first, "the outage was already said");
+        assert!(
+            !b.failed(t0 + 700 * MS).first,
+            "the outage was already said"
+        );
         assert_eq!(b.done(t0 + 2_000 * MS), (1, 2_000 * MS));
     }
 

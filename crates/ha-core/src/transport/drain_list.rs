@@ -112,7 +112,11 @@ impl DrainList {
 
     /// Whether the device named `device` (as the fabric names it) is on the list.
     pub fn drained(&self, device: &str) -> bool {
-        self.seen.lock().names.iter().any(|n| names_device(n, device))
+        self.seen
+            .lock()
+            .names
+            .iter()
+            .any(|n| names_device(n, device))
     }
 }
 

@@ -208,9 +208,13 @@ struct Plan {
     cuts: Vec<usize>,
 }
 
-/// The rail a failover line moved to (`... -> path N (dev D), ...`).
+/// The rail a failover line — or a planned switch's (`return`, `drain`) — moved to
+/// (`... -> path N (dev D), ...`).
 fn switched_to(line: &str) -> Option<usize> {
-    if !line.contains("NET/HA : failover") {
+    if !["NET/HA : failover", "NET/HA : return", "NET/HA : drain"]
+        .iter()
+        .any(|k| line.contains(k))
+    {
         return None;
     }
     let rest = line.split(" -> path ").nth(1)?;

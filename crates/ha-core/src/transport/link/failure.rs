@@ -151,6 +151,11 @@ impl Link {
             replayed,
             self.stats.last_failover_us
         );
-        self.switch_event(SwitchKind::Failover, f.from, to, self.stats.last_failover_us);
+        self.switch_event(
+            SwitchKind::Failover,
+            f.from,
+            to,
+            self.stats.last_failover_us,
+        );
     }
 }

@@ -98,7 +98,10 @@ impl Link {
         self.stats.rearms += 1;
         let (attempts, down) = self.backoff.done(Instant::now());
         let after = if attempts > 1 {
-            format!(" after {attempts} attempts, {:.1} s after it was lost", down.as_secs_f64())
+            format!(
+                " after {attempts} attempts, {:.1} s after it was lost",
+                down.as_secs_f64()
+            )
         } else {
             String::new()
         };
@@ -237,7 +240,11 @@ impl Link {
         if msg.endpoint.is_empty() {
             let d = msg.a as usize;
             self.rearm = None;
-            self.rearm_attempt_failed(d, Instant::now(), "refused by the peer (its port is down, or connecting failed)");
+            self.rearm_attempt_failed(
+                d,
+                Instant::now(),
+                "refused by the peer (its port is down, or connecting failed)",
+            );
             return;
         }
         let Some(Rearming {

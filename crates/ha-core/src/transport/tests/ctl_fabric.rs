@@ -18,10 +18,10 @@ use crate::fabric::{
     Completion, CompletionQueue, DeviceInfo, Doorbell, Fabric, FabricError, MemoryRegion,
     ProtectionDomain, QpCaps, QpState, QueuePair, Result, SendWr,
 };
+use crate::fabric::{WcOpcode, WcStatus};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use crate::fabric::{WcOpcode, WcStatus};
 use std::sync::{Arc, Weak};
 
 /// What one wrapped queue pair is.

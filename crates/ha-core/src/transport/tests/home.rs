@@ -87,9 +87,13 @@ fn a_drain_moves_traffic_off_the_device_until_the_undrain() {
     // The drained rail goes down and comes back: re-armed, but not used.
     p.ctl.cut(0, true);
     p.ctl_r.cut(0, true);
-    pump_until(&mut p, &mut flow, Duration::from_secs(10), "standby lost", |p| {
-        !p.send.link.usable(0) && !p.recv.link.usable(0)
-    });
+    pump_until(
+        &mut p,
+        &mut flow,
+        Duration::from_secs(10),
+        "standby lost",
+        |p| !p.send.link.usable(0) && !p.recv.link.usable(0),
+    );
     p.ctl.cut(0, false);
     p.ctl_r.cut(0, false);
     pump_until(&mut p, &mut flow, Duration::from_secs(20), "re-arm", |p| {
@@ -158,9 +162,13 @@ fn a_drained_device_with_no_other_path_keeps_running_and_is_reported() {
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 50, Duration::from_secs(30)).unwrap();
     std::fs::write(&file, rail(0)).unwrap();
-    pump_until(&mut p, &mut flow, Duration::from_secs(10), "reported", |p| {
-        p.send.link.drain_stuck() && p.recv.link.drain_stuck()
-    });
+    pump_until(
+        &mut p,
+        &mut flow,
+        Duration::from_secs(10),
+        "reported",
+        |p| p.send.link.drain_stuck() && p.recv.link.drain_stuck(),
+    );
     flow.run(&mut p, 200, Duration::from_secs(30)).unwrap();
     assert_eq!((p.send.link.active, p.send.link.epoch), (0, 0));
     assert_eq!(p.send.stats().plans_aborted, 0);
@@ -188,9 +196,13 @@ fn skew(sender_first: bool, gap: Duration) {
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     p.ctl.cut(0, true);
     p.ctl_r.cut(0, true);
-    pump_until(&mut p, &mut flow, Duration::from_secs(10), "failover", |p| {
-        settled_on(p, 1)
-    });
+    pump_until(
+        &mut p,
+        &mut flow,
+        Duration::from_secs(10),
+        "failover",
+        |p| settled_on(p, 1),
+    );
     let attempts = p.send.link.rearm_attempts();
     let (first, second) = if sender_first {
         (p.ctl.clone(), p.ctl_r.clone())
@@ -248,12 +260,20 @@ fn a_dark_link_whose_ports_say_up_converges_once_it_lights_up() {
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     p.ctl.dark(0, true);
-    pump_until(&mut p, &mut flow, Duration::from_secs(10), "failover", |p| {
-        settled_on(p, 1)
-    });
-    pump_until(&mut p, &mut flow, Duration::from_secs(20), "attempts", |p| {
-        p.send.stats().rearm_failed >= 3
-    });
+    pump_until(
+        &mut p,
+        &mut flow,
+        Duration::from_secs(10),
+        "failover",
+        |p| settled_on(p, 1),
+    );
+    pump_until(
+        &mut p,
+        &mut flow,
+        Duration::from_secs(20),
+        "attempts",
+        |p| p.send.stats().rearm_failed >= 3,
+    );
     assert!(settled_on(&p, 1), "moved back to a dark link");
     p.ctl.dark(0, false);
     pump_until(&mut p, &mut flow, Duration::from_secs(30), "return", |p| {

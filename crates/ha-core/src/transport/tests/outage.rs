@@ -40,9 +40,13 @@ fn hundreds_of_rearm_attempts_keep_resources_and_memory_flat() {
     let mut flow = Flow::new(&p, 8, 16 << 10);
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     p.ctl.dark(1, true);
-    pump_until(&mut p, &mut flow, Duration::from_secs(10), "standby lost", |p| {
-        !p.send.link.usable(1)
-    });
+    pump_until(
+        &mut p,
+        &mut flow,
+        Duration::from_secs(10),
+        "standby lost",
+        |p| !p.send.link.usable(1),
+    );
     let attempts = |p: &Pair| p.send.link.rearm_attempts();
     let run_to = |p: &mut Pair, flow: &mut Flow, n: u64| {
         pump_until(p, flow, Duration::from_secs(120), "attempts", |p| {
@@ -53,7 +57,7 @@ fn hundreds_of_rearm_attempts_keep_resources_and_memory_flat() {
     run_to(&mut p, &mut flow, 50);
     let (a0, rss0, cpu0, t0) = (attempts(&p), rss_kib(), cpu_ticks(), Instant::now());
     let base = counters::snapshot();
-    let mut most = base.clone();
+    let mut most = base;
     while attempts(&p) < a0 + 300 {
         let next = attempts(&p) + 10;
         run_to(&mut p, &mut flow, next);
@@ -85,7 +89,10 @@ fn hundreds_of_rearm_attempts_keep_resources_and_memory_flat() {
         "RSS grew {} KiB over {n} attempts",
         rss1.saturating_sub(rss0)
     );
-    assert!(p.send.stats().rearm_failed >= n / 2, "attempts failed to verify");
+    assert!(
+        p.send.stats().rearm_failed >= n / 2,
+        "attempts failed to verify"
+    );
     // The link comes back: the path re-arms and the connection carries on, intact.
     p.ctl.dark(1, false);
     pump_until(&mut p, &mut flow, Duration::from_secs(20), "re-arm", |p| {

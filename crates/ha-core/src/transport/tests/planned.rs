@@ -27,7 +27,10 @@ fn failed_over_and_rearmed(cfg: HaCfg, stats: &str) -> (Pair, Flow) {
 fn in_flight(p: &mut Pair, flow: &mut Flow, path: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !p.send.link.path(path).data_in_flight() {
-        assert!(Instant::now() < deadline, "no data in flight on path {path}");
+        assert!(
+            Instant::now() < deadline,
+            "no data in flight on path {path}"
+        );
         flow.step(p).unwrap();
     }
 }
@@ -53,7 +56,11 @@ fn traffic_returns_home_with_a_planned_switch_no_fence_no_replay_no_error() {
     });
     assert_eq!((p.send.link.epoch, p.recv.link.epoch), (2, 2));
     for (who, s) in [("send", p.send.stats()), ("recv", p.recv.stats())] {
-        assert_eq!((s.failovers, s.returns, s.plans_aborted), (1, 1, 0), "{who}");
+        assert_eq!(
+            (s.failovers, s.returns, s.plans_aborted),
+            (1, 1, 0),
+            "{who}"
+        );
         assert_eq!(s.stale_dropped, 0, "{who}");
     }
     assert_eq!(
@@ -66,8 +73,14 @@ fn traffic_returns_home_with_a_planned_switch_no_fence_no_replay_no_error() {
     let at_return = (p.send.link.path_bytes(), p.recv.link.path_bytes());
     flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
     let after = (p.send.link.path_bytes(), p.recv.link.path_bytes());
-    assert_eq!(after.0[1], at_return.0[1], "sender: path 1 carried data after the return");
-    assert_eq!(after.1[1], at_return.1[1], "receiver: path 1 carried data after the return");
+    assert_eq!(
+        after.0[1], at_return.0[1],
+        "sender: path 1 carried data after the return"
+    );
+    assert_eq!(
+        after.1[1], at_return.1[1],
+        "receiver: path 1 carried data after the return"
+    );
     assert!(after.0[0] > at_return.0[0] && after.1[0] > at_return.1[0]);
     assert_eq!(p.recv.duplicates(), 0);
     assert_eq!(p.send.stats().standby_lost + p.recv.stats().standby_lost, 0);
@@ -82,9 +95,15 @@ fn traffic_returns_home_with_a_planned_switch_no_fence_no_replay_no_error() {
     ] {
         assert!(kinds.contains(&want), "{want:?} missing in {ev:?}");
     }
-    let ret = ev.iter().find(|e| e.0 == "send" && e.1 == "return").unwrap();
+    let ret = ev
+        .iter()
+        .find(|e| e.0 == "send" && e.1 == "return")
+        .unwrap();
     assert_eq!((ret.2, ret.3), (1, 0));
-    assert!(ret.4[1] > 0, "path 1 carried the traffic while home was away");
+    assert!(
+        ret.4[1] > 0,
+        "path 1 carried the traffic while home was away"
+    );
     drop(p);
     let _ = std::fs::remove_file(&stats);
 }
@@ -135,15 +154,22 @@ fn a_target_that_fails_as_the_receiver_switches_ends_with_a_failover_back() {
     let (mut p, mut flow) = failed_over_and_rearmed(cfg, "");
     let r0 = p.qpn(false, 0);
     p.ctl_r.fail_posts(r0, 1);
-    pump_until(&mut p, &mut flow, Duration::from_secs(20), "switch and back", |p| {
-        p.send.link.epoch == 3 && settled_on(p, 1)
-    });
+    pump_until(
+        &mut p,
+        &mut flow,
+        Duration::from_secs(20),
+        "switch and back",
+        |p| p.send.link.epoch == 3 && settled_on(p, 1),
+    );
     for (who, s) in [("send", p.send.stats()), ("recv", p.recv.stats())] {
         assert_eq!((s.returns, s.failovers), (1, 2), "{who}");
     }
     flow.run(&mut p, 200, Duration::from_secs(30)).unwrap();
     assert_eq!(p.recv.duplicates(), 0);
-    assert_eq!(p.send.stats().stale_dropped + p.recv.stats().stale_dropped, 0);
+    assert_eq!(
+        p.send.stats().stale_dropped + p.recv.stats().stale_dropped,
+        0
+    );
 }
 
 /// The path being left fails at the sender after it asked: a failover replaces the plan (the
@@ -231,7 +257,10 @@ fn a_receiver_waiting_to_switch_abandons_on_a_target_failure_and_on_its_deadline
     p.recv.on_ctrl(m);
     assert!(p.recv.link.planned().is_some());
     p.recv.pump();
-    assert!(p.recv.link.planned().is_some(), "switched without the drain");
+    assert!(
+        p.recv.link.planned().is_some(),
+        "switched without the drain"
+    );
     p.ctl
         .inject(error_completion(p.qpn(false, 1), WcStatus::RetryExcErr));
     pump_until(&mut p, &mut flow, Duration::from_secs(10), "abandon", |p| {
