@@ -66,7 +66,7 @@ PLUGIN=$(realpath -m "${PLUGIN:-$(pick "$ROOT/dist/libnccl-net-ha.so" "$ROOT/tar
 [ -f "$PLUGIN" ] || die "no plugin at $PLUGIN (run scripts/build.sh, or --plugin)"
 
 if [ -n "$KEEP" ]; then WORK=$KEEP; mkdir -p "$WORK"; else WORK=$(mktemp -d /tmp/home-drill.XXXXXX); fi
-HPID="" FAILED_ANY=0 PASSED=0 FAILED=0
+HPID="" FAILED_ANY=0 PASSED=0 FAILED=0 STREAM_EXTRA=()
 cleanup() {
   if [ -n "$HPID" ] && kill -0 "$HPID" 2>/dev/null; then kill -KILL "$HPID" 2>/dev/null || true; fi
   bash "$RAILS" down >/dev/null 2>&1 || true
@@ -102,15 +102,22 @@ count() { events "$@" | grep -c . || true; }
 # bytes[PATH] of the Nth (1-based; -1 = last) event line on stdin.
 bytes_of() { awk -v n="$1" -v p="$2" '{ l[NR] = $0 } END { i = (n < 0) ? NR : n; s = l[i];
   sub(/.*"bytes":\[/, "", s); split(s, b, /[],]/); print b[p + 1] + 0 }'; }
-# Field K of the closing stats line of ROLE.
-closing() { grep -v '"event"' "$1" 2>/dev/null | grep "\"role\":\"$2\"" | tail -n1 |
-  sed -nE "s/.*\"$3\":([0-9]+).*/\1/p"; }
+# Field K of the closing stats lines of ROLE, summed over its connections (the stream's and
+# any idle one the harness opened).
+closing() { grep -v '"event"' "$1" 2>/dev/null | grep "\"role\":\"$2\"" |
+  sed -nE "s/.*\"$3\":([0-9]+).*/\1/p" | awk '{ t += $1 } END { print t + 0 }'; }
+# bytes[PATH] of ROLE's closing stats lines, summed.
+closing_bytes() { grep -v '"event"' "$1" 2>/dev/null | grep "\"role\":\"$2\"" |
+  awk -v p="$3" '{ s = $0; sub(/.*"bytes":\[/, "", s); split(s, b, /[],]/); t += b[p + 1] } END { print t + 0 }'; }
 # Wait up to SECS for a command to succeed.
 wait_for() { local until=$((SECONDS + $1)); shift
   until "$@"; do alive || return 1; [ "$SECONDS" -lt "$until" ] || return 1; sleep 0.05; done; }
 both() { [ "$(count "$1" send "$2")" -ge "$3" ] && [ "$(count "$1" recv "$2")" -ge "$3" ]; }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 cpu_ticks() { awk '{ sub(/.*\) /, ""); split($0, f, " "); print f[12] + f[13] }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# Messages the sender had sent at its last progress line (--progress 1).
+sent_so_far() { grep -E '^stream: t=[0-9.]+s sent [0-9]+ messages' "$1/stream.log" | tail -n1 |
+  sed -nE 's/.* sent ([0-9]+) messages.*/\1/p' | awk '{ print $1 + 0 } END { if (NR == 0) print 0 }'; }
 child_pid() { ip netns pids "$NS_B" 2>/dev/null | head -n1; }
 
 # start_stream DIR DURATION [K=V...]: the stream in the background (HPID), waits for traffic.
@@ -126,7 +133,7 @@ start_stream() {
     --child-prefix "ip netns exec $NS_B" \
     --child-env HA_NCCL_SOCK_RAILS=r0b,r1b --child-env NCCL_SOCKET_IFNAME=ob \
     --duration "$dur" --max-size "$MAX_SIZE" --window 8 --timeout 15 --seed 18 \
-    --events "$dir/events" --json "$dir/stream.json" >"$dir/stream.log" 2>&1 &
+    --events "$dir/events" --json "$dir/stream.json" "${STREAM_EXTRA[@]}" >"$dir/stream.log" 2>&1 &
   HPID=$!
   OFFSET=$(clock_offset)
   wait_for 20 grep -q '^stream: traffic started' "$dir/stream.log"
@@ -174,9 +181,16 @@ scenario_return() {
   end_stream "$dir"
   local b1_ret b1_end
   b1_ret=$(events "$s" send return | bytes_of -1 1)
-  b1_end=$(grep -v '"event"' "$s" | grep '"role":"send"' | tail -n1 | bytes_of -1 1)
+  b1_end=$(closing_bytes "$s" send 1)
   WHAT="rail 1 carried data after the return ($b1_ret at the return, $b1_end at close)" need [ "$b1_ret" = "$b1_end" ]
-  WHAT="returns $(closing "$s" send returns), expected 1" need [ "$(closing "$s" send returns)" = 1 ]
+  local role
+  for role in send recv; do
+    WHAT="$role: returns $(closing "$s" $role returns), expected 1" need [ "$(closing "$s" $role returns)" = 1 ]
+    WHAT="$role: failovers $(closing "$s" $role failovers), expected 1" need [ "$(closing "$s" $role failovers)" = 1 ]
+    WHAT="$role: planned switches aborted $(closing "$s" $role plans_aborted)" need [ "$(closing "$s" $role plans_aborted)" = 0 ]
+    local r1=$(events "$s" $role return | bytes_of -1 1) e1=$(closing_bytes "$s" $role 1)
+    WHAT="$role: rail 1 carried data after the return ($r1 at the return, $e1 at close)" need [ "$r1" = "$e1" ]
+  done
   verdict return "$dir" "failover then return; rail 1 bytes at the return $b1_ret = at close $b1_end; longest completion gap at the return $(stall_of "$dir" return) ms"
 }
 
@@ -204,13 +218,20 @@ scenario_drain() {
     WHAT="$role: rail 0 carried data while drained ($b0d at the drain, $b0r at the undrain)" need [ "$b0d" = "$b0r" ]
     WHAT="$role: failovers $(closing "$s" $role failovers)" need [ "$(closing "$s" $role failovers)" = 0 ]
     WHAT="$role: replays $(closing "$s" $role replays)" need [ "$(closing "$s" $role replays)" = 0 ]
+    WHAT="$role: drains $(closing "$s" $role drains), expected 1" need [ "$(closing "$s" $role drains)" = 1 ]
+    WHAT="$role: returns $(closing "$s" $role returns), expected 1" need [ "$(closing "$s" $role returns)" = 1 ]
+    WHAT="$role: planned switches aborted $(closing "$s" $role plans_aborted)" need [ "$(closing "$s" $role plans_aborted)" = 0 ]
   done
   verdict drain "$dir" "rail 0 idle while drained ($b0d bytes at drain and undrain, receiver side), no failover, no replay; longest completion gap at the drain $(stall_of "$dir" drain) ms, at the undrain $(stall_of "$dir" undrain) ms"
 }
 
 scenario_outage() {
-  local dir="$WORK/outage" s="$WORK/outage/stats.json" pa pb r0a r0b c0a c0b r1a r1b c1a c1b t0 t1
-  start_stream "$dir" $((OUTAGE + 12)) HA_NCCL_REARM_HOLD_MS=20 HA_NCCL_REARM_BACKOFF_MAX_MS=100 ||
+  local dir="$WORK/outage" s="$WORK/outage/stats.json" pa pb nm n1 log_kib r0a r0b rma rmb c0a c0b r1a r1b c1a c1b t0 t1
+  # The fabric's shortest retry window: a failed attempt (nothing gets through on the cut rail)
+  # ends after ~250 ms, so the outage holds ~2 attempts a second.
+  STREAM_EXTRA=(--progress 1)
+  start_stream "$dir" $((OUTAGE + 12)) HA_NCCL_REARM_HOLD_MS=20 HA_NCCL_REARM_BACKOFF_MAX_MS=100 \
+    HA_NCCL_SOCK_RETRY_MS=250 ||
     { PROBLEMS+=("no traffic"); end_stream "$dir"; verdict outage "$dir" "-"; return; }
   sleep 1.5
   mark "$dir/events" "cut rail0/near"; link a 0 down
@@ -218,20 +239,33 @@ scenario_outage() {
   sleep 2   # the first attempts: allocator and thread pools warm
   pa=$HPID; pb=$(child_pid)
   r0a=$(rss_kib "$pa"); r0b=$(rss_kib "$pb"); c0a=$(cpu_ticks "$pa"); c0b=$(cpu_ticks "$pb"); t0=$(now_ns)
-  sleep "$((OUTAGE - 2))"
+  # Half-way: the growth of the second half (after the allocator's arenas and thread stacks
+  # are warm) is the per-attempt cost.
+  sleep "$(( (OUTAGE - 2) / 2 ))"
+  rma=$(rss_kib "$pa"); rmb=$(rss_kib "$pb"); nm=$(sent_so_far "$dir")
+  sleep "$(( OUTAGE - 2 - (OUTAGE - 2) / 2 ))"
   r1a=$(rss_kib "$pa"); r1b=$(rss_kib "$pb"); c1a=$(cpu_ticks "$pa"); c1b=$(cpu_ticks "$pb"); t1=$(now_ns)
+  n1=$(sent_so_far "$dir"); STREAM_EXTRA=()
+  # The receiving harness keeps a 24-byte record of every completion (its stall timeline):
+  # that much growth is the harness's, not the plugin's.
+  log_kib=$(( (n1 - nm) * 24 / 1024 ))
   mark "$dir/events" "restore rail0"; link a 0 up
   WHAT="no return after the outage" need wait_for 20 both "$s" return 1
   end_stream "$dir"
-  local attempts lines span
+  local attempts lines rearmed span
   attempts=$(closing "$s" send rearm_attempts)
-  lines=$(grep -c 'NET/HA : send .*re-arm of path 0 failed' "$dir/stream.log" || true)
+  lines=$(grep -c 'NET/HA : .*re-arm of path 0' "$dir/stream.log" || true)
+  rearmed=$(grep -c 'NET/HA : .*path 0 re-armed as the standby' "$dir/stream.log" || true)
   span=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
   WHAT="only ${attempts:-0} re-arm attempts" need [ "${attempts:-0}" -ge $((OUTAGE * 2)) ]
-  WHAT="$lines 're-arm failed' lines for one outage" need [ "$lines" = 1 ]
-  WHAT="sender RSS grew $((r1a - r0a)) KiB" need [ $((r1a - r0a)) -le 4096 ]
-  WHAT="receiver RSS grew $((r1b - r0b)) KiB" need [ $((r1b - r0b)) -le 4096 ]
-  verdict outage "$dir" "$attempts attempts over ${OUTAGE}s down, 1 log line; over ${span}s: RSS sender $r0a->$r1a KiB, receiver $r0b->$r1b KiB; CPU sender $(awk -v c=$((c1a - c0a)) -v s="$span" 'BEGIN { printf "%.1f", c / s }')%, receiver $(awk -v c=$((c1b - c0b)) -v s="$span" 'BEGIN { printf "%.1f", c / s }')% (traffic on rail 1 included)"
+  WHAT="$lines 're-arm of path 0 ...' lines for one outage (1 expected: the first failure)" need [ "$lines" = 1 ]
+  WHAT="$rearmed 're-armed' lines (2 expected: one per side)" need [ "$rearmed" = 2 ]
+  WHAT="returns $(closing "$s" send returns), expected 1" need [ "$(closing "$s" send returns)" = 1 ]
+  WHAT="sender RSS grew $((r1a - rma)) KiB in the second half" need [ $((r1a - rma)) -le 1024 ]
+  WHAT="receiver RSS grew $((r1b - rmb)) KiB in the second half ($log_kib KiB of it the harness's completion log)" need [ $((r1b - rmb - log_kib)) -le 1024 ]
+  WHAT="sender RSS grew $((r1a - r0a)) KiB" need [ $((r1a - r0a)) -le 8192 ]
+  WHAT="receiver RSS grew $((r1b - r0b)) KiB" need [ $((r1b - r0b - 2 * log_kib)) -le 8192 ]
+  verdict outage "$dir" "$attempts attempts over ${OUTAGE}s down, 1 'failed' line and 1 're-armed' line per side; over ${span}s: RSS sender $r0a->$rma->$r1a KiB, receiver $r0b->$rmb->$r1b KiB (start, half-way, end; the receiver's completion log grew $log_kib KiB in the second half); CPU sender $(awk -v c=$((c1a - c0a)) -v s="$span" 'BEGIN { printf "%.1f", c / s }')%, receiver $(awk -v c=$((c1b - c0b)) -v s="$span" 'BEGIN { printf "%.1f", c / s }')% (traffic on rail 1 included)"
 }
 
 scenario_skew() {
@@ -250,7 +284,11 @@ scenario_skew() {
   mark "$dir/events" "restore rail0/$second"; link "$second" 0 up
   WHAT="no return within 20 s of the second end" need wait_for 20 both "$s" return 1
   end_stream "$dir"
-  local ret; ret=$(events "$s" send return | head -n1 | sed -nE 's/.*"unix_ms":([0-9]+).*/\1/p')
+  local ret role; ret=$(events "$s" send return | head -n1 | sed -nE 's/.*"unix_ms":([0-9]+).*/\1/p')
+  for role in send recv; do
+    WHAT="$role: returns $(closing "$s" $role returns), expected 1" need [ "$(closing "$s" $role returns)" = 1 ]
+    WHAT="$role: failovers $(closing "$s" $role failovers), expected 1" need [ "$(closing "$s" $role failovers)" = 1 ]
+  done
   verdict "skew $FIRST first, ${GAP}s" "$dir" "$(closing "$s" send rearm_attempts) re-arm attempts; traffic home $(( ${ret:-$back} - back )) ms after the second end came back"
 }
 
