@@ -62,7 +62,7 @@ pub(super) fn properties(dev: c_int) -> ApiResult<NcclNetPropertiesV9> {
         net_device_type: NCCL_NET_DEVICE_HOST,
         net_device_version: 0,
         v_props: NcclNetVDevicePropsV9 { ndevs: 1, devs },
-        max_p2p_bytes: ops::MAX_P2P_BYTES,
+        max_p2p_bytes: ops::max_p2p_bytes(dev)?,
         max_coll_bytes: ops::MAX_COLL_BYTES,
     })
 }

@@ -5,11 +5,12 @@ use crate::abi::Abi;
 use crate::call::{entry, rc, Call};
 use crate::entries::{common_of, Common, RawTable, Size, Versioned};
 use crate::props::{c_string, read_props, ArgArray, Props};
+use crate::v11::context_entries;
 use crate::v8::missing_of;
 use crate::v9::sized;
 use crate::NetCtx;
 use nccl_net_abi::common::NcclDebugLogger;
-use nccl_net_abi::v11::{NcclNetAttrV11, NcclNetCommConfigV11};
+use nccl_net_abi::v11::NcclNetAttrV11;
 use nccl_net_abi::v12::{NcclNetPropertiesV12, NcclNetV12};
 use nccl_net_abi::v8::NcclNetDeviceHandleV8;
 use std::os::raw::{c_char, c_int, c_void};
@@ -30,46 +31,8 @@ impl Versioned for V12 {
     fn raw(&self) -> RawTable {
         RawTable::V12(self.0)
     }
-    fn missing(&self) -> Vec<&'static str> {
-        let t = self.0;
-        missing_of(&[
-            ("init", t.init.is_none()),
-            ("getProperties", t.get_properties.is_none()),
-            ("listen", t.listen.is_none()),
-            ("connect", t.connect.is_none()),
-            ("isend", t.isend.is_none()),
-            ("irecv", t.irecv.is_none()),
-            ("finalize", t.finalize.is_none()),
-        ])
-    }
-    fn init(
-        &self,
-        comm_id: u64,
-        traffic_class: c_int,
-        logger: NcclDebugLogger,
-    ) -> Call<*mut c_void> {
-        let f = entry(self.0.init, "init")?;
-        let mut ctx: *mut c_void = ptr::null_mut();
-        let mut config = NcclNetCommConfigV11 { traffic_class };
-        // SAFETY: `ctx` and `config` are live locals for the call (plugins copy the config);
-        // logger and profiler callback are nullable: the caller's logger, NULL profiler.
-        rc(unsafe { f(&mut ctx, comm_id, &mut config, logger, None) })?;
-        Ok(ctx)
-    }
-    fn finalize(&self, ctx: *mut c_void) -> Call<()> {
-        let f = entry(self.0.finalize, "finalize")?;
-        // SAFETY: `ctx` came from this plugin's `init` and the caller finalizes it once.
-        rc(unsafe { f(ctx) })
-    }
-    fn set_net_attr(&self, ctx: *mut c_void, attr: &NcclNetAttrV11) -> Call<bool> {
-        let Some(f) = self.0.set_net_attr else {
-            return Ok(false);
-        };
-        let mut a = *attr;
-        // SAFETY: live context of this plugin; `a` is a live local copy for the call.
-        rc(unsafe { f(ctx, &mut a) })?;
-        Ok(true)
-    }
+    context_entries!();
+
     fn properties(&self, dev: c_int) -> Call<Props> {
         let f = entry(self.0.get_properties, "getProperties")?;
         // SAFETY: `p` is a writable, aligned, zeroed props struct for the call.
@@ -93,74 +56,6 @@ impl Versioned for V12 {
             max_multi_request_size: raw.max_multi_request_size,
             rail_id: raw.rail_id,
             plane_id: raw.plane_id,
-        })
-    }
-    unsafe fn listen(
-        &self,
-        ctx: &NetCtx,
-        dev: c_int,
-        handle: *mut c_void,
-        comm: *mut *mut c_void,
-    ) -> Call<()> {
-        let f = entry(self.0.listen, "listen")?;
-        // SAFETY: the trait's contract; `ctx` is a live context of this plugin.
-        rc(unsafe { f(ctx.as_ptr(), dev, handle, comm) })
-    }
-    unsafe fn connect(
-        &self,
-        ctx: &NetCtx,
-        dev: c_int,
-        handle: *mut c_void,
-        comm: *mut *mut c_void,
-        dev_comm: *mut *mut NcclNetDeviceHandleV8,
-    ) -> Call<()> {
-        let f = entry(self.0.connect, "connect")?;
-        // SAFETY: the trait's contract; `ctx` is a live context of this plugin.
-        rc(unsafe { f(ctx.as_ptr(), dev, handle, comm, dev_comm) })
-    }
-    unsafe fn isend(
-        &self,
-        comm: *mut c_void,
-        data: *mut c_void,
-        size: Size,
-        tag: c_int,
-        mr: *mut c_void,
-        req: *mut *mut c_void,
-    ) -> Call<()> {
-        let f = entry(self.0.isend, "isend")?;
-        let size = size.as_sized()?;
-        // SAFETY: the trait's contract; the profiler handle is nullable and NULL.
-        rc(unsafe { f(comm, data, size, tag, mr, ptr::null_mut(), req) })
-    }
-    unsafe fn irecv(
-        &self,
-        comm: *mut c_void,
-        n: c_int,
-        data: *mut *mut c_void,
-        sizes: &[Size],
-        tags: *mut c_int,
-        mrs: *mut *mut c_void,
-        req: *mut *mut c_void,
-    ) -> Call<()> {
-        let f = entry(self.0.irecv, "irecv")?;
-        let mut sz = sized(sizes)?;
-        let mut ph = ArgArray::new(
-            ptr::null_mut::<c_void>(),
-            sizes.iter().map(|_| ptr::null_mut()),
-        );
-        // SAFETY: the trait's contract; `sz` and `ph` hold `n` elements (the profiler handles
-        // are NULL) and outlive the call.
-        rc(unsafe {
-            f(
-                comm,
-                n,
-                data,
-                sz.as_mut_ptr(),
-                tags,
-                mrs,
-                ph.as_mut_ptr(),
-                req,
-            )
         })
     }
 }

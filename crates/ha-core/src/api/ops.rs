@@ -186,6 +186,25 @@ fn device(dev: i32) -> ApiResult<usize> {
 
 /// Device `dev` as NCCL sees it. GPU memory types are advertised only where the standby a
 /// connection on `dev` gets can register them too (`gdr::advertised`).
+/// `maxP2pBytes` of device `dev` (v9+): [`MAX_P2P_BYTES`], or less when a device of the
+/// fabric takes smaller messages (`max_msg_sz`; Soft-RoCE ports report 8 MiB). Every device
+/// counts, since a connection's standby may be on any of them: NCCL then splits point-to-point
+/// transfers below what every path of a connection can carry, instead of meeting the clear
+/// error `isend` gives a larger message.
+pub fn max_p2p_bytes(dev: i32) -> ApiResult<usize> {
+    device(dev)?;
+    let p = state::get()?;
+    let smallest = p
+        .engine
+        .fabric()
+        .devices()
+        .iter()
+        .map(|d| d.max_msg_bytes)
+        .min()
+        .unwrap_or(u64::MAX);
+    Ok(MAX_P2P_BYTES.min(usize::try_from(smallest).unwrap_or(usize::MAX)))
+}
+
 pub fn properties(dev: i32) -> ApiResult<DeviceInfo> {
     let d = device(dev)?;
     let p = state::get()?;
