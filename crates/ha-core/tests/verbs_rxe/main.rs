@@ -154,6 +154,31 @@ fn state_machine_and_peer_address_checks() {
     assert_eq!(a.qp.state(), QpState::Rts);
 }
 
+/// Automatic Path Migration stays off: every queue pair brought to RTS was checked for an
+/// armed alternate path (one check per QP, exactly), and none had one: fresh RC QPs report
+/// `MIGRATED` on rxe as the IB spec says for a QP never given an alternate path.
+#[test]
+fn no_queue_pair_has_an_alternate_path_armed() {
+    use ha_core::fabric::verbs::apm;
+    let rig = rig_or_skip!("no_queue_pair_has_an_alternate_path_armed");
+    let f = open(&data_cfg());
+    let before = apm::report();
+    let (x, y) = connect(&f, dev_index(&f, &rig.a.0.dev), dev_index(&f, &rig.a.1.dev));
+    let after = apm::report();
+    assert_eq!(after.checked - before.checked, 2, "one check per QP at RTS");
+    assert_eq!(after.armed, before.armed, "an alternate path was armed");
+    // The pair still moves data after the check.
+    transfer(&x, &y, 4096, 9);
+    let (p, q) = connect(&f, dev_index(&f, &rig.b.0.dev), dev_index(&f, &rig.b.1.dev));
+    assert_eq!(
+        apm::report().checked - after.checked,
+        2,
+        "rail B: one check per QP"
+    );
+    transfer(&p, &q, 4096, 10);
+    assert_eq!(apm::report().armed, 0);
+}
+
 // ---------------------------------------------------------------- data path
 
 /// `len` bytes from `x` to `y` as a chain: an unsignaled WRITE of the data, then a signaled
@@ -427,6 +452,7 @@ fn threads_stop_when_the_objects_are_dropped() {
 #[test]
 fn plugin_operations_run_unchanged_on_verbs() {
     use ha_core::api::ops::{self, RecvBuf};
+    use ha_core::fabric::{counters, verbs::apm};
     let rig = rig_or_skip!("plugin_operations_run_unchanged_on_verbs");
     std::env::set_var("HA_NCCL_FABRIC", "verbs");
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
@@ -438,6 +464,7 @@ fn plugin_operations_run_unchanged_on_verbs() {
             .unwrap_or_else(|| panic!("no {name}"))
     };
     let (a, b) = (find(&rig.a.0.dev), find(&rig.a.1.dev));
+    let (qps0, apm0) = (counters::snapshot().qps, apm::report());
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut handle = [0u8; 128];
     let listen = ops::listen(b, &mut handle).expect("listen");
@@ -451,6 +478,12 @@ fn plugin_operations_run_unchanged_on_verbs() {
             recv = ops::accept(listen).expect("accept");
         }
     }
+    // Every queue pair the plugin created for this connection (primary and standby, both
+    // sides) was checked for an armed alternate path at RTS, and none had one.
+    let created = counters::snapshot().qps - qps0;
+    assert!(created >= 2, "{created} queue pairs");
+    assert_eq!(apm::report().checked - apm0.checked, created as u64);
+    assert_eq!(apm::report().armed, apm0.armed);
     for (i, len) in [0usize, 8, 4096, 1 << 20].into_iter().enumerate() {
         let src = pattern(len.max(1), 40 + i as u8);
         let mut dst = vec![0u8; len.max(1)];

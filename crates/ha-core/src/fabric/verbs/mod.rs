@@ -18,6 +18,7 @@
 //!   nvidia-peermem, `NCCL_PTR_DMABUF` through dma-buf fds) where detection finds it, per
 //!   device, with one INFO line per device saying whether GPU Direct RDMA is enabled and why.
 
+pub mod apm;
 pub mod config;
 pub mod context;
 mod cq;

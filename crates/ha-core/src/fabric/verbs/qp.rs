@@ -356,6 +356,8 @@ impl QueuePair for VerbsQp {
                 | M::IBV_QP_MAX_QP_RD_ATOMIC,
             "RTS",
         )?;
+        // No alternate path was loaded: make sure the device agrees (see `apm`).
+        super::apm::check(self.qp, &format!("{}: QP {:#x}", self.pd.name, self.qpn))?;
         self.set(QpState::Rts);
         Ok(())
     }
