@@ -201,6 +201,46 @@ pub const REARM_HOLD_MS: Param = Param {
     range: Some((1, u64::MAX)),
 };
 
+pub const REARM_BACKOFF_MAX_MS: Param = Param {
+    name: "HA_NCCL_REARM_BACKOFF_MAX_MS",
+    kind: Kind::Millis,
+    default: "60000",
+    doc: "Re-arm attempts of a failed path that fail (the link is still down) wait longer each time: `HA_NCCL_REARM_HOLD_MS`, doubling up to this cap. They never stop while the connection lives; the port coming back (an asynchronous event) starts over from the hold-down.",
+    range: Some((1, u64::MAX)),
+};
+
+pub const RETURN_HOME: Param = Param {
+    name: "HA_NCCL_RETURN_HOME",
+    kind: Kind::Bool,
+    default: "1",
+    doc: "Return home: once the path on the device NCCL chose has been healthy again (re-armed and verified) for `HA_NCCL_RETURN_HOLD_MS`, traffic moves back to it with a planned switch (drained, no replay, no error) and the other path is the standby again; 0 = stay on the path failed over to (a drained device is still left and returned to after undrain).",
+    range: None,
+};
+
+pub const RETURN_HOLD_MS: Param = Param {
+    name: "HA_NCCL_RETURN_HOLD_MS",
+    kind: Kind::Millis,
+    default: "5000",
+    doc: "How long the preferred path must have been healthy again before traffic returns to it. A return followed by a failure of that path within `HA_NCCL_RETURN_HOLD_MAX_MS` doubles the hold (hysteresis: a flapping link does not pull traffic back and forth).",
+    range: Some((1, u64::MAX)),
+};
+
+pub const RETURN_HOLD_MAX_MS: Param = Param {
+    name: "HA_NCCL_RETURN_HOLD_MAX_MS",
+    kind: Kind::Millis,
+    default: "300000",
+    doc: "Bound of the return hold's doubling, and the flap window: a return that lasts this long without a failure resets the hold to `HA_NCCL_RETURN_HOLD_MS`.",
+    range: Some((1, u64::MAX)),
+};
+
+pub const DRAIN_FILE: Param = Param {
+    name: "HA_NCCL_DRAIN_FILE",
+    kind: Kind::Str,
+    default: "/run/nccl-net-ha/drain",
+    doc: "Operators' drain list, watched by every process using the plugin (checked at most every 100 ms): device or interface names (`mlx5_0`, `mlx5_0:1`, `sock:eth1`, `eth1`), one per line, `#` comments. Connections move off a listed device with a planned switch and stay off until it is removed (`ha-harness drain DEV` and `ha-harness undrain DEV` edit it); a connection with no other path keeps running and is reported. Empty = no drain control.",
+    range: None,
+};
+
 pub const MR_POLICY: Param = Param {
     name: "HA_NCCL_MR_POLICY",
     kind: Kind::Enum(&["lazy", "eager"]),
@@ -280,6 +320,11 @@ pub const PARAMS: &[Param] = &[
     HEARTBEAT_MS,
     FAILBACK,
     REARM_HOLD_MS,
+    REARM_BACKOFF_MAX_MS,
+    RETURN_HOME,
+    RETURN_HOLD_MS,
+    RETURN_HOLD_MAX_MS,
+    DRAIN_FILE,
     MR_POLICY,
     STATS_FILE,
     STATS_INTERVAL_MS,
@@ -323,6 +368,16 @@ pub struct Config {
     pub failback: bool,
     /// `HA_NCCL_REARM_HOLD_MS`.
     pub rearm_hold: Duration,
+    /// `HA_NCCL_REARM_BACKOFF_MAX_MS`.
+    pub rearm_backoff_max: Duration,
+    /// `HA_NCCL_RETURN_HOME`.
+    pub return_home: bool,
+    /// `HA_NCCL_RETURN_HOLD_MS`.
+    pub return_hold: Duration,
+    /// `HA_NCCL_RETURN_HOLD_MAX_MS`.
+    pub return_hold_max: Duration,
+    /// `HA_NCCL_DRAIN_FILE` (empty = no drain control).
+    pub drain_file: String,
     /// `HA_NCCL_MR_POLICY` is `eager`.
     pub mr_eager: bool,
     /// `HA_NCCL_STATS_FILE` (empty = none).
@@ -427,6 +482,20 @@ impl Config {
             heartbeat: Duration::from_millis(parse_number(&HEARTBEAT_MS, &text(&HEARTBEAT_MS))?),
             failback: parse_bool(&FAILBACK, &text(&FAILBACK))?,
             rearm_hold: Duration::from_millis(parse_number(&REARM_HOLD_MS, &text(&REARM_HOLD_MS))?),
+            rearm_backoff_max: Duration::from_millis(parse_number(
+                &REARM_BACKOFF_MAX_MS,
+                &text(&REARM_BACKOFF_MAX_MS),
+            )?),
+            return_home: parse_bool(&RETURN_HOME, &text(&RETURN_HOME))?,
+            return_hold: Duration::from_millis(parse_number(
+                &RETURN_HOLD_MS,
+                &text(&RETURN_HOLD_MS),
+            )?),
+            return_hold_max: Duration::from_millis(parse_number(
+                &RETURN_HOLD_MAX_MS,
+                &text(&RETURN_HOLD_MAX_MS),
+            )?),
+            drain_file: text(&DRAIN_FILE).trim().to_string(),
             mr_eager: parse_enum(&MR_POLICY, &text(&MR_POLICY))? == 1,
             stats_file: text(&STATS_FILE).trim().to_string(),
             stats_interval: Duration::from_millis(parse_number(
@@ -992,9 +1061,14 @@ mod tests {
             ("HA_NCCL_HEARTBEAT_MS", "19"),
             ("HA_NCCL_FAILBACK", "no"),
             ("HA_NCCL_REARM_HOLD_MS", "23"),
+            ("HA_NCCL_REARM_BACKOFF_MAX_MS", "37"),
+            ("HA_NCCL_RETURN_HOME", "0"),
+            ("HA_NCCL_RETURN_HOLD_MS", "41"),
+            ("HA_NCCL_RETURN_HOLD_MAX_MS", "43"),
+            ("HA_NCCL_DRAIN_FILE", "/tmp/d"),
             ("HA_NCCL_MR_POLICY", "eager"),
             ("HA_NCCL_STATS_FILE", "/tmp/s.json"),
-            ("HA_NCCL_STATS_INTERVAL_MS", "37"),
+            ("HA_NCCL_STATS_INTERVAL_MS", "47"),
             ("HA_NCCL_QP_TIMEOUT", "12"),
             ("HA_NCCL_QP_RETRY_CNT", "3"),
             ("HA_NCCL_SOCK_MAX_QP", "29"),
@@ -1019,6 +1093,11 @@ mod tests {
             heartbeat,
             failback,
             rearm_hold,
+            rearm_backoff_max,
+            return_home,
+            return_hold,
+            return_hold_max,
+            drain_file,
             mr_eager,
             stats_file,
             stats_interval,
@@ -1039,12 +1118,17 @@ mod tests {
         assert_eq!(rto, Duration::from_millis(170));
         assert_eq!(heartbeat, Duration::from_millis(19));
         assert_eq!(rearm_hold, Duration::from_millis(23));
+        assert_eq!(rearm_backoff_max, Duration::from_millis(37));
+        assert!(!return_home);
+        assert_eq!(return_hold, Duration::from_millis(41));
+        assert_eq!(return_hold_max, Duration::from_millis(43));
+        assert_eq!(drain_file, "/tmp/d");
         assert_eq!(stats_file, "/tmp/s.json");
-        assert_eq!(stats_interval, Duration::from_millis(37));
+        assert_eq!(stats_interval, Duration::from_millis(47));
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
         assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
         assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
-        assert_eq!(PARAMS.len(), 22, "one PARAMS row per Config field");
+        assert_eq!(PARAMS.len(), 27, "one PARAMS row per Config field");
     }
 
     #[test]

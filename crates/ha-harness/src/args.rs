@@ -13,6 +13,7 @@ pub const USAGE: &str = "\
 usage: ha-harness <check|bench|stream|now|help> --plugin PATH [options]   (stream: `ha-harness stream --help`)
        ha-harness stats FILE [--follow]       live state of a plugin's stats file (`ha-harness stats --help`)
        ha-harness timeline --stats FILE -o OUT.svg [--png OUT.png] ...   picture of a run (`--help`)
+       ha-harness <drain|undrain|drained> [DEV...]   the node's drain list (`ha-harness drain --help`)
 
 common options:
   --plugin PATH       ext-net library to load (required); its newest exported ABI is used

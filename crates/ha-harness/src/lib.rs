@@ -3,12 +3,14 @@
 //! measures latency and bandwidth per message size. `stats` reads a plugin's stats file,
 //! `timeline` draws it (see [`stats`], [`picture`]). Two endpoints talk to each other: two
 //! threads of one process (`--mode threads`) or this process and a child (`--mode procs`).
+//! `drain|undrain|drained` edit the node's drain list the plugin watches ([`drain`]).
 
 pub mod args;
 pub mod backoff;
 pub mod bench;
 pub mod check;
 pub mod conn;
+pub mod drain;
 pub mod driver;
 pub mod outcome;
 pub mod pattern;

@@ -2,7 +2,8 @@
 //! NCCL ext-net v8 plugin (see `ha_harness`); `ha-harness stream ...` streams
 //! verified traffic for failover drills (see `ha_harness::stream`); `ha-harness stats FILE`
 //! reads a plugin's stats file and `ha-harness timeline` draws it (`ha_harness::stats`,
-//! `ha_harness::picture`).
+//! `ha_harness::picture`); `ha-harness drain|undrain|drained` edit the node's drain list
+//! (see `ha_harness::drain`).
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -10,6 +11,7 @@ fn main() {
         Some("stream" | "now") => ha_harness::stream::main_with_args(&args),
         Some("stats") => ha_harness::stats::main_with_args(&args[1..]),
         Some("timeline") => ha_harness::picture::main_with_args(&args[1..]),
+        Some("drain" | "undrain" | "drained") => ha_harness::drain::main_with_args(&args),
         _ => ha_harness::main_with_args(&args),
     });
 }

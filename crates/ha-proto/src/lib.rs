@@ -6,6 +6,8 @@
 //! - [`handshake`]: the out-of-band hello/accept exchange that sets up both paths;
 //! - [`data`]: the data protocol (clear-to-send FIFO, completion records, sequence numbers)
 //!   and the failover machines that replay exactly what the peer did not complete;
+//! - [`recovery`]: when to try a failed path again (re-arm backoff) and when to return to the
+//!   preferred one (hold with hysteresis);
 //! - [`wire`]: the little-endian reader/writer both use;
 //! - [`rc`]: the RC completion vocabulary (status, opcode) the machines read.
 
@@ -13,4 +15,6 @@ pub mod data;
 pub mod handle;
 pub mod handshake;
 pub mod rc;
+pub mod recovery;
+pub mod status;
 pub mod wire;

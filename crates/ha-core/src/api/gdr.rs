@@ -185,6 +185,7 @@ mod tests {
             rearm_hold: Duration::from_secs(1),
             handshake_timeout: Duration::from_secs(1),
             traffic_class: None,
+            home: Default::default(),
         }
     }
 

@@ -10,7 +10,8 @@ use crate::fabric::verbs::gdr::GdrMode;
 use crate::fabric::DeviceInfo;
 use crate::fabric::{netif, Fabric};
 use crate::transport::connect::PendingConnect;
-use crate::transport::ha::{parse_standby_map, standby_for, HaCfg};
+use crate::transport::drain_list::DrainList;
+use crate::transport::ha::{parse_standby_map, standby_for, HaCfg, HomeCfg};
 use crate::transport::listen::ListenComm;
 use crate::transport::mr::MrHandle;
 use crate::transport::recv::RecvComm;
@@ -180,6 +181,14 @@ fn build() -> ApiResult<Plugin> {
         rearm_hold: cfg.rearm_hold,
         handshake_timeout: cfg.handshake_timeout,
         traffic_class: None,
+        home: HomeCfg {
+            rearm_backoff_max: cfg.rearm_backoff_max,
+            return_home: cfg.return_home,
+            return_hold: cfg.return_hold,
+            return_hold_max: cfg.return_hold_max,
+            drain: (!cfg.drain_file.is_empty())
+                .then(|| std::sync::Arc::new(DrainList::new(&cfg.drain_file))),
+        },
     };
     crate::transport::stats::set_interval(cfg.stats_interval);
     let engine = Engine::new(fabric, cfg.progress_spin);

@@ -1,7 +1,9 @@
-//! High-availability policy shared by both sides: knobs, the choice of the standby device,
-//! and the one WARN line per failover.
+//! High-availability policy shared by both sides: knobs (including what happens after a
+//! failover: re-arm backoff, return home, drain), and the choice of the standby device.
 
+use super::drain_list::DrainList;
 use crate::fabric::DeviceInfo;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The knobs a connection runs with.
@@ -20,6 +22,37 @@ pub struct HaCfg {
     /// connector offers its own in the handshake and the acceptor adopts it, as NCCL's IB
     /// transport does.
     pub traffic_class: Option<u8>,
+    /// After the storm: re-arm backoff, return home, drain.
+    pub home: HomeCfg,
+}
+
+/// What happens after a failover: how re-arm attempts back off, when traffic returns to the
+/// preferred path, and the operators' drain list.
+#[derive(Clone, Debug)]
+pub struct HomeCfg {
+    /// Cap of the re-arm attempts' doubling wait (`HA_NCCL_REARM_BACKOFF_MAX_MS`).
+    pub rearm_backoff_max: Duration,
+    /// Return to the preferred path once it is healthy again (`HA_NCCL_RETURN_HOME`).
+    pub return_home: bool,
+    /// `HA_NCCL_RETURN_HOLD_MS`.
+    pub return_hold: Duration,
+    /// `HA_NCCL_RETURN_HOLD_MAX_MS`.
+    pub return_hold_max: Duration,
+    /// The drain list (`HA_NCCL_DRAIN_FILE`; `None`: no drain control).
+    pub drain: Option<Arc<DrainList>>,
+}
+
+impl Default for HomeCfg {
+    /// The configuration table's defaults, without a drain list.
+    fn default() -> HomeCfg {
+        HomeCfg {
+            rearm_backoff_max: Duration::from_secs(60),
+            return_home: true,
+            return_hold: Duration::from_secs(5),
+            return_hold_max: Duration::from_secs(300),
+            drain: None,
+        }
+    }
 }
 
 impl HaCfg {

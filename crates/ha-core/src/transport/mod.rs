@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod connect;
+pub mod drain_list;
 pub mod error;
 pub mod flush;
 pub mod ha;

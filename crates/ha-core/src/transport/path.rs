@@ -124,7 +124,9 @@ impl Path {
         let now = Instant::now();
         let mut bytes = 0;
         for w in wrs {
-            bytes += w.local.len as u64;
+            if is_data(w.wr_id) {
+                bytes += w.local.len as u64;
+            }
             if w.signaled {
                 self.outstanding.push_back((w.wr_id, now));
             }
@@ -181,6 +183,12 @@ impl Path {
         self.outstanding.is_empty() && self.recvs == 0
     }
 
+    /// Whether data work requests posted here (completion records, clear-to-sends) are still
+    /// to complete: a planned switch waits for none (control messages and probes do not count).
+    pub fn data_in_flight(&self) -> bool {
+        self.outstanding.iter().any(|(id, _)| is_data(*id))
+    }
+
     /// When the oldest signaled work request still outstanding was posted.
     pub fn oldest_outstanding(&self) -> Option<Instant> {
         self.outstanding.front().map(|(_, t)| *t)
@@ -234,4 +242,12 @@ impl Drop for Path {
         // Fence: after this no byte is placed through this queue pair.
         let _ = self.qp.to_err();
     }
+}
+
+/// Whether work request `wr_id` carries data (payload, completion record, clear-to-send).
+fn is_data(wr_id: u64) -> bool {
+    matches!(
+        decode_wr_id(wr_id).0,
+        Some(WrKind::Data | WrKind::Record | WrKind::Cts)
+    )
 }

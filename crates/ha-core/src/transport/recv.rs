@@ -1,7 +1,9 @@
 //! Receive side of an established connection: the `RecvSide` machine on a multi-path `Link`.
 //! On a failover it fences and drains the old path — after which it knows exactly which
 //! sequence numbers were delivered — re-posts the open clear-to-sends with the new path's
-//! keys, and tells the sender `Switch{delivered, posted}`.
+//! keys, and tells the sender `Switch{delivered, posted}`. On a planned switch
+//! (`link/planned.rs`) nothing is fenced: it stops posting, waits until it delivered what the
+//! sender posted and its own clear-to-sends completed, then does the same.
 
 use super::error::{Error, Result};
 use super::flush::Flushes;
@@ -161,6 +163,7 @@ impl RecvComm {
             self.on_event(ev);
         }
         self.advance_failover();
+        self.advance_planned();
     }
 
     fn on_event(&mut self, ev: Event) {
@@ -175,9 +178,14 @@ impl RecvComm {
     pub(super) fn on_ctrl(&mut self, m: CtrlMsg) {
         match m.kind {
             CtrlKind::SwitchReq
-                if m.epoch == self.link.epoch && matches!(self.link.phase, Phase::Normal) =>
+                if m.epoch == self.link.epoch
+                    && matches!(self.link.phase, Phase::Normal | Phase::Planned(_)) =>
             {
                 let ev = self.link.peer_failover();
+                self.on_event(ev);
+            }
+            CtrlKind::PlanReq => {
+                let ev = self.link.on_plan_req(&m);
                 self.on_event(ev);
             }
             CtrlKind::Rearm => self.link.on_rearm(&m),
@@ -203,8 +211,48 @@ impl RecvComm {
         }
         // The old path is fenced and flushed: `delivered` is final. Re-post what is open with
         // the new path's keys (in the next epoch's FIFO bank), then tell the sender.
-        let dev = self.link.path(f.to).device().clone();
         self.machine.next_epoch();
+        let Some(reposted) = self.repost_open(f.to) else {
+            return; // the new path failed too: the connection is lost
+        };
+        if self.say_switch(f.to, self.link.epoch) {
+            self.link.finish_switch(f.to, reposted);
+        }
+    }
+
+    /// A planned switch: once everything the sender posted on the path being left was
+    /// delivered and this side's clear-to-sends there completed, nothing is in flight on it
+    /// either way: switch (the link first: a failure of the target while re-posting is then a
+    /// failover from it), re-post what is open with the target's keys in the next epoch's
+    /// bank, and tell the sender.
+    fn advance_planned(&mut self) {
+        let Some(p) = self.link.planned().cloned() else {
+            return;
+        };
+        if self.machine.delivered() < p.upto || self.link.path(p.from).data_in_flight() {
+            if self.link.plan_overdue(&p) {
+                let ev = self.link.refuse_plan(6);
+                self.on_event(ev);
+            }
+            return;
+        }
+        let epoch = self.link.epoch;
+        let ev = self.link.finish_plan(0);
+        self.on_event(ev);
+        if self.link.active != p.to || !matches!(self.link.phase, Phase::Normal) {
+            return;
+        }
+        self.machine.next_epoch();
+        if self.repost_open(p.to).is_some() {
+            self.say_switch(p.to, epoch);
+        }
+    }
+
+    /// Re-post every open receive's clear-to-send on path `to` with its keys (in the machine's
+    /// current epoch); how many, or `None` when a post failed (and changed the link's phase).
+    fn repost_open(&mut self, to: usize) -> Option<usize> {
+        let dev = self.link.path(to).device().clone();
+        let phase = std::mem::discriminant(&self.link.phase);
         let open = self.machine.open_requests();
         for (seq, slot, entries) in &open {
             let mut rekeyed = entries.clone();
@@ -216,31 +264,37 @@ impl RecvComm {
                             status: WcStatus::LocProtErr,
                             what: "registering a receive buffer on the new path",
                         });
-                        return;
+                        return None;
                     }
                 }
             }
             let (cts, word) = self.machine.repost(*seq, &rekeyed);
-            self.post_cts(f.to, *seq, *slot, word, &cts);
-            if !matches!(self.link.phase, Phase::Failing(_)) {
-                return; // the new path failed too: the connection is lost
+            self.post_cts(to, *seq, *slot, word, &cts);
+            if std::mem::discriminant(&self.link.phase) != phase {
+                return None;
             }
         }
+        Some(open.len())
+    }
+
+    /// `Switch{delivered, posted}` of `epoch` over path `to`; false when it could not be posted
+    /// (a failure of that path, handled).
+    fn say_switch(&mut self, to: usize, epoch: u32) -> bool {
         let msg = CtrlMsg {
             kind: CtrlKind::Switch,
-            epoch: self.link.epoch,
+            epoch,
             a: self.machine.delivered(),
             b: self.machine.posted_upto(),
             endpoint: Vec::new(),
         };
-        if let Err(e) = self.link.send_ctrl(f.to, &msg) {
-            let ev =
-                self.link
-                    .path_error(f.to, WcStatus::LocQpOpErr, format!("switch message: {e}"));
+        if let Err(e) = self.link.send_ctrl(to, &msg) {
+            let ev = self
+                .link
+                .path_error(to, WcStatus::LocQpOpErr, format!("switch message: {e}"));
             self.on_event(ev);
-            return;
+            return false;
         }
-        self.link.finish_switch(f.to, open.len());
+        true
     }
 
     pub fn device_res(&self) -> &Arc<crate::engine::DeviceRes> {

@@ -1,6 +1,8 @@
 //! Send side of an established connection: the `SendSide` machine on a multi-path `Link`.
 //! On a failover it fences and drains the old path, asks the receiver what it delivered (or
-//! hears it first), then replays the undelivered sends on the new path.
+//! hears it first), then replays the undelivered sends on the new path. On a planned switch
+//! (`link/planned.rs`) it stops posting, lets the active path drain, asks the receiver to
+//! switch, and applies its `Switch` with nothing to replay.
 
 use super::error::{Error, Result};
 use super::link::{Drain, Event, Link, Phase};
@@ -161,6 +163,9 @@ impl SendComm {
             self.on_event(ev);
         }
         self.advance_failover();
+        let upto = self.machine.posted_upto();
+        let ev = self.link.request_plan(upto);
+        self.on_event(ev);
     }
 
     fn on_event(&mut self, ev: Event) {
@@ -174,18 +179,76 @@ impl SendComm {
 
     pub(super) fn on_ctrl(&mut self, m: CtrlMsg) {
         match m.kind {
-            CtrlKind::Switch if m.epoch == self.link.epoch => {
-                if matches!(self.link.phase, Phase::Normal) {
-                    let ev = self.link.peer_failover();
-                    self.on_event(ev);
-                }
-                if let Phase::Failing(f) = &mut self.link.phase {
-                    f.switch = Some(m.a);
-                }
-            }
+            CtrlKind::Switch => self.on_switch(&m),
             CtrlKind::RearmAck => self.link.on_rearm_ack(&m),
+            CtrlKind::PlanNak => self.link.on_plan_nak(&m),
+            CtrlKind::DrainState => self.link.on_drain_state(&m),
             _ => tracing::debug!("NET/HA : {}: ignored control {:?}", self.link.name, m),
         }
+    }
+
+    /// The receiver's `Switch`: the answer to a planned switch this side asked for, or the
+    /// receiver's failover (it fenced the active path: this side fences it too and replays
+    /// what was not delivered). One epoch ahead of an asked plan: the receiver switched as
+    /// planned and failed back from the target at once — commit, then fail over.
+    fn on_switch(&mut self, m: &CtrlMsg) {
+        let e = self.link.epoch;
+        if self.link.planned().is_some_and(|p| p.requested) {
+            if m.epoch == e {
+                self.commit_plan(m.a);
+                return;
+            }
+            if m.epoch == e.wrapping_add(1) {
+                let upto = self.machine.posted_upto();
+                self.commit_plan(upto);
+            }
+        }
+        if m.epoch != self.link.epoch {
+            tracing::debug!(
+                "NET/HA : {}: switch message of epoch {} ignored (epoch {})",
+                self.link.name,
+                m.epoch,
+                self.link.epoch
+            );
+            return;
+        }
+        if matches!(self.link.phase, Phase::Normal | Phase::Planned(_)) {
+            let ev = self.link.peer_failover();
+            self.on_event(ev);
+        }
+        if let Phase::Failing(f) = &mut self.link.phase {
+            f.switch = Some(m.a);
+        }
+    }
+
+    /// The receiver switched as planned, having delivered up to `delivered`: everything this
+    /// side posted completed before it asked, so nothing is replayed; traffic resumes on the
+    /// target.
+    fn commit_plan(&mut self, delivered: u64) {
+        let Some(p) = self.link.planned().cloned() else {
+            return;
+        };
+        let dev = self.link.path(p.to).device().clone();
+        let slot_mrs = &self.slot_mrs;
+        let replay =
+            self.machine
+                .apply_switch(&self.link.region.words, delivered, |slot, _, addr, size| {
+                    slot_mrs[slot]
+                        .1
+                        .iter()
+                        .find(|m| m.contains(addr as usize, size as usize))
+                        .and_then(|m| m.keys_for(&dev).ok())
+                        .map(|k| k.lkey)
+                });
+        let Ok(replay) = replay else {
+            return; // the machine is failed and says why
+        };
+        debug_assert!(replay.is_empty(), "a planned switch replays nothing");
+        for b in &replay {
+            self.post(p.to, b);
+        }
+        let ev = self.link.finish_plan(replay.len());
+        self.on_event(ev);
     }
 
     fn advance_failover(&mut self) {

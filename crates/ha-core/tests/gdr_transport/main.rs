@@ -48,6 +48,7 @@ fn cfg(backup: bool) -> HaCfg {
         rearm_hold: Duration::from_secs(2),
         handshake_timeout: Duration::from_secs(30),
         traffic_class: None,
+        home: Default::default(),
     }
 }
 

@@ -87,6 +87,7 @@ fn ha_cfg() -> HaCfg {
         rearm_hold: Duration::from_secs(2),
         handshake_timeout: Duration::from_secs(60),
         traffic_class: None,
+        home: Default::default(),
     }
 }
 

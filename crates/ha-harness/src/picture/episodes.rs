@@ -238,6 +238,8 @@ pub fn build(records: &[Record], stream: Option<&Stream>, t0: f64) -> Episodes {
     let mut others: Vec<&str> = records
         .iter()
         .filter(|r| r.conn.is_some() && !known.contains(&r.event.as_str()))
+        // A failover's switch line repeats its `failover` line; planned ones are marked.
+        .filter(|r| !(r.event == "switch" && r.str("kind") == Some("failover")))
         .map(|r| r.event.as_str())
         .collect();
     others.sort_unstable();

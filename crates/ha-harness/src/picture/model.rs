@@ -272,6 +272,8 @@ fn states(c: &ConnLines, t0: f64, bin_ms: f64, lanes: &mut [LaneBin]) {
             "failover" => (r.u64("to").unwrap_or(active), 2),
             "standby_lost" => (active, 2),
             "rearmed" => (active, 0),
+            // A planned switch (return home, drain): the other path stays the standby.
+            "switch" if r.str("kind") != Some("failover") => (r.u64("to").unwrap_or(active), cur),
             _ => continue,
         };
         active = a;

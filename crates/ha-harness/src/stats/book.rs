@@ -197,6 +197,12 @@ fn apply(c: &mut Conn, r: &Record) {
             c.standby = "lost".into();
             c.standby_lost_at.get_or_insert(r.unix_ms);
         }
+        "switch" if r.str("kind") != Some("failover") => {
+            // A planned switch (return home, drain): only the active path changes.
+            if let Some(to) = r.u64("to") {
+                c.active = to;
+            }
+        }
         "rearmed" => {
             c.rearms = r.u64("rearms").unwrap_or(c.rearms + 1);
             c.standby = "ok".into();

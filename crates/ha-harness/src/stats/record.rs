@@ -78,6 +78,19 @@ impl Record {
         if let Some(l) = self.str("label").filter(|l| !l.is_empty()) {
             return l.to_string();
         }
+        if self.event == "switch" {
+            // A planned switch of the plugin (`kind` return or drain): say which and where.
+            let kind = match self.str("kind") {
+                Some("return") => "return home",
+                Some(k) => k,
+                None => "switch",
+            };
+            let (from, to) = (self.text("from"), self.text("to"));
+            return match (from, to) {
+                (Some(f), Some(t)) => format!("{kind} (path {f} -> {t})"),
+                _ => kind.to_string(),
+            };
+        }
         let mut s = self.event.replace('_', " ");
         if let Some(r) = self.text("rail") {
             s += &format!(" rail {r}");

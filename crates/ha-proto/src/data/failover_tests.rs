@@ -19,12 +19,12 @@ use proptest::prelude::*;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// The keys valid on the path of epoch `e`.
-fn key_of(epoch: u32) -> u32 {
+pub(super) fn key_of(epoch: u32) -> u32 {
     epoch + 1
 }
 
 #[derive(Clone, Debug)]
-enum Msg {
+pub(super) enum Msg {
     Cts {
         word: usize,
         words: [u64; CTS_SLOT_WORDS],
@@ -45,10 +45,10 @@ enum Msg {
 }
 
 #[derive(Default)]
-struct Wire {
-    to_s: VecDeque<Msg>,
-    to_r: VecDeque<Msg>,
-    acks: VecDeque<Msg>,
+pub(super) struct Wire {
+    pub(super) to_s: VecDeque<Msg>,
+    pub(super) to_r: VecDeque<Msg>,
+    pub(super) acks: VecDeque<Msg>,
 }
 
 struct Round {
@@ -61,18 +61,18 @@ struct Round {
     sends_done: usize,
 }
 
-struct Sim {
-    s: SendSide,
-    r: RecvSide,
-    fifo: SharedWords,
+pub(super) struct Sim {
+    pub(super) s: SendSide,
+    pub(super) r: RecvSide,
+    pub(super) fifo: SharedWords,
     records: SharedWords,
-    wire: Wire,
-    key: u32,
+    pub(super) wire: Wire,
+    pub(super) key: u32,
     mem: HashMap<u64, Vec<u8>>,
     completed: HashSet<u64>,
     rounds: Vec<Round>,
     posted: usize,
-    violations: Vec<String>,
+    pub(super) violations: Vec<String>,
 }
 
 fn completion(seq: u64) -> Completion {
@@ -87,7 +87,7 @@ fn completion(seq: u64) -> Completion {
 }
 
 impl Sim {
-    fn new(plan: &[(usize, u64)], start: u64) -> Sim {
+    pub(super) fn new(plan: &[(usize, u64)], start: u64) -> Sim {
         let rounds = plan
             .iter()
             .enumerate()
@@ -132,7 +132,7 @@ impl Sim {
         }
     }
 
-    fn post_recv(&mut self) {
+    pub(super) fn post_recv(&mut self) {
         let outstanding = self.rounds[..self.posted]
             .iter()
             .filter(|r| !r.recv_done)
@@ -159,7 +159,7 @@ impl Sim {
         self.posted += 1;
     }
 
-    fn land_cts(&mut self, word: usize, words: &[u64]) {
+    pub(super) fn land_cts(&mut self, word: usize, words: &[u64]) {
         for (i, w) in words.iter().enumerate() {
             self.fifo.store(word + i, *w);
         }
@@ -218,7 +218,7 @@ impl Sim {
     }
 
     /// Land one message on the receiver.
-    fn land_at_r(&mut self, m: Msg) {
+    pub(super) fn land_at_r(&mut self, m: Msg) {
         match m {
             Msg::Data { addr, rkey, bytes } => {
                 if rkey != self.key {
@@ -245,7 +245,7 @@ impl Sim {
         }
     }
 
-    fn ack(&mut self, seq: u64) {
+    pub(super) fn ack(&mut self, seq: u64) {
         self.s.on_completion(&Completion {
             wr_id: wr_id(WrKind::Record, seq, 0),
             qp_num: 2,
@@ -294,7 +294,7 @@ impl Sim {
         }
     }
 
-    fn step(&mut self, choice: u8) {
+    pub(super) fn step(&mut self, choice: u8) {
         match choice % 7 {
             0 => self.post_recv(),
             1 => {
@@ -322,7 +322,7 @@ impl Sim {
     /// except up to `stale_cts` clear-to-sends of the old path that reach the sender after the
     /// receiver re-posted them with new keys (the sender has not fenced yet). Then the switch
     /// handshake over the new path and the replay.
-    fn fail_and_switch(
+    pub(super) fn fail_and_switch(
         &mut self,
         late_cts: usize,
         late_data: usize,
@@ -381,7 +381,7 @@ impl Sim {
         }
     }
 
-    fn all_done(&self) -> bool {
+    pub(super) fn all_done(&self) -> bool {
         self.posted == self.rounds.len()
             && self
                 .rounds

@@ -15,7 +15,8 @@
 //!   bit set: `1 << 31 | mailbox slot << 24 | control sequence (24 bits)`.
 //! * **Control mailbox** (after the FIFO in the sender's region, after the records in the
 //!   receiver's): [`MAILBOX_SLOTS`] messages of [`CTRL_WORDS`] words, written with
-//!   WRITE_WITH_IMM over whichever path is alive (switch handshake, re-arm).
+//!   WRITE_WITH_IMM over whichever path is alive (switch handshake, re-arm, planned switch,
+//!   drain state).
 //! * `wr_id`: `kind << 56 | index << 48 | seq (48 bits)`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,11 +69,23 @@ pub enum CtrlKind {
     SwitchReq = 2,
     /// Sender → receiver: "here is a new queue pair for path `a`" (endpoint), attempt `b`.
     Rearm = 3,
-    /// Receiver → sender: "my new queue pair for path `a`" (endpoint), answering attempt `b`.
+    /// Receiver → sender: "my new queue pair for path `a`" (endpoint), answering attempt `b`;
+    /// an empty endpoint refuses the attempt (the receiver's port of that path is down).
     RearmAck = 4,
     /// Sender → receiver, over the re-armed path itself: "my end of path `a` is connected"
     /// (attempt `b`). Its completions verify the new path on both sides.
     RearmDone = 5,
+    /// Sender → receiver, over the active path once everything it posted there completed:
+    /// "I stopped posting on the active path; my sends up to `a` completed there; switch to
+    /// path `b`" (a planned switch: no fence, no replay). The receiver answers with `Switch`
+    /// over path `b` (after re-posting its open clear-to-sends there) or `PlanNak`.
+    PlanReq = 6,
+    /// Receiver → sender, over the active path: "not now" (the target is down, drained or
+    /// failed on this side; reason code `a`). The sender resumes on the active path.
+    PlanNak = 7,
+    /// Receiver → sender: "paths in mask `a` are on devices drained on my node" (`b`: a
+    /// counter, the highest one wins).
+    DrainState = 8,
 }
 
 /// A control message (at most 64 endpoint bytes).
@@ -111,6 +124,9 @@ impl CtrlMsg {
             3 => CtrlKind::Rearm,
             4 => CtrlKind::RearmAck,
             5 => CtrlKind::RearmDone,
+            6 => CtrlKind::PlanReq,
+            7 => CtrlKind::PlanNak,
+            8 => CtrlKind::DrainState,
             _ => return None,
         };
         let len = region.load(b + 3) as usize;

@@ -7,6 +7,8 @@
 #[cfg(test)]
 mod failover_tests;
 pub mod layout;
+#[cfg(test)]
+mod planned_tests;
 pub mod recv;
 pub mod send;
 #[cfg(test)]

@@ -51,6 +51,11 @@ impl SendBatch {
 struct Matching {
     seq: u64,
     entries: Vec<CtsEntry>,
+    /// A switch of path happened since `entries` were read: they carry the old path's keys
+    /// and must be read again from the current epoch's bank before the group is built (the
+    /// re-posted clear-to-send may land after the switch message, e.g. when a switch is
+    /// followed at once by another).
+    reread: bool,
     matched: Vec<Option<SendArgs>>,
     /// Requests of this slot already completed (in error) before the slot was posted.
     finished_early: usize,
@@ -162,13 +167,30 @@ impl SendSide {
                     self.cur = Some(Matching {
                         seq,
                         entries,
+                        reread: false,
                         matched: vec![None; n],
                         finished_early: 0,
                     });
                 }
             }
         }
+        let epoch = self.epoch;
         let m = self.cur.as_mut().expect("matching slot");
+        if m.reread {
+            let slot = (m.seq % FIFO_DEPTH as u64) as usize;
+            match read_cts(fifo, epoch, slot, m.seq) {
+                Ok(None) => return Ok(None),
+                Ok(Some(e)) if e.len() == m.entries.len() => {
+                    m.entries = e;
+                    m.reread = false;
+                }
+                _ => {
+                    let e = ProtoError::BadCts(m.seq);
+                    self.fail(e.clone());
+                    return Err(e);
+                }
+            }
+        }
         let Some(i) =
             (0..m.entries.len()).find(|&i| m.entries[i].tag == a.tag && m.matched[i].is_none())
         else {
@@ -311,9 +333,12 @@ impl SendSide {
             }
             replay.push(Self::batch(g.seq, &entries, &args));
         }
-        // A receive being matched was advertised with the old path's keys: re-read it.
+        // A receive being matched was advertised with the old path's keys: its sends are
+        // re-keyed now, its clear-to-send is read again (from the new bank) before its group is
+        // built.
         if let Some(m) = self.cur.as_mut() {
             let slot = (m.seq % FIFO_DEPTH as u64) as usize;
+            m.reread = true;
             let mut refused = false;
             for (k, a) in m.matched.iter_mut().enumerate() {
                 if let Some(a) = a.as_mut().filter(|a| a.size > 0) {
@@ -330,14 +355,6 @@ impl SendSide {
                 };
                 self.fail(e.clone());
                 return Err(e);
-            }
-            match read_cts(fifo, self.epoch, slot, m.seq) {
-                Ok(Some(e)) if e.len() == m.entries.len() => m.entries = e,
-                _ => {
-                    let e = ProtoError::BadCts(m.seq);
-                    self.fail(e.clone());
-                    return Err(e);
-                }
             }
         }
         Ok(replay)

@@ -208,9 +208,13 @@ struct Plan {
     cuts: Vec<usize>,
 }
 
-/// The rail a failover line moved to (`... -> path N (dev D), ...`).
+/// The rail a failover line — or a planned switch's (`return`, `drain`) — moved to
+/// (`... -> path N (dev D), ...`).
 fn switched_to(line: &str) -> Option<usize> {
-    if !line.contains("NET/HA : failover") {
+    if !["NET/HA : failover", "NET/HA : return", "NET/HA : drain"]
+        .iter()
+        .any(|k| line.contains(k))
+    {
         return None;
     }
     let rest = line.split(" -> path ").nth(1)?;
@@ -292,6 +296,14 @@ fn spawn_role_on(
         .env("HA_NCCL_HEARTBEAT_MS", "200")
         .env("HA_NCCL_REARM_HOLD_MS", "200")
         .env("HA_NCCL_KEEPALIVE_MS", "200")
+        // The drill's plan (cut the rail in use, restore, re-arm, cut the other) assumes traffic
+        // stays where the failover put it: no return home within a drill, whatever the host's
+        // load (home_drill.rs drills the return); `HA_NCCL_RETURN_HOLD_MS` in the environment
+        // overrides it.
+        .env(
+            "HA_NCCL_RETURN_HOLD_MS",
+            std::env::var("HA_NCCL_RETURN_HOLD_MS").unwrap_or_else(|_| "300000".into()),
+        )
         .env("HA_NCCL_STATS_FILE", dir.join(format!("stats-{role}.json")))
         .env("NCCL_DEBUG", "INFO")
         .stdin(Stdio::piped())

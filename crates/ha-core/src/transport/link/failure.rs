@@ -2,9 +2,16 @@
 //! one fails over when the other path is usable, else the connection is lost. A switch ends
 //! only from `Failing` (a connection that died meanwhile stays dead), and a fenced path that
 //! never flushes ends the connection rather than letting it guess what was delivered.
+//!
+//! During a planned switch: a failure of the path being left is an ordinary failover (it
+//! replaces the plan); a failure of the target is handled by `planned.rs` (the plan is
+//! abandoned, or — once the receiver may already have switched — its answer awaited). A
+//! failed path's re-arm schedule starts (`rearm.rs`); a failure of the preferred path soon
+//! after traffic returned to it lengthens the next return's hold (hysteresis).
 
 use super::{Event, Failing, Link, Phase};
 use crate::fabric::WcStatus;
+use crate::transport::stats::SwitchKind;
 use ha_proto::data::ProtoError;
 use std::time::Instant;
 
@@ -18,27 +25,51 @@ impl Link {
         if let Some(p) = self.paths[i].as_mut() {
             p.fence();
         }
-        self.last_failure = Some(Instant::now());
+        let now = Instant::now();
+        self.verified_at[i] = None;
+        if i == self.home {
+            if let Some(hold) = self.ret.home_failed(now) {
+                tracing::info!(
+                    "NET/HA : {}: preferred path {i} failed soon after traffic returned to it: the next return waits {hold:?} of health (flapping link)",
+                    self.name
+                );
+            }
+        }
         let other = 1 - i.min(1);
         let failing_to = self.failing().map(|f| f.to);
         if i != self.active && failing_to != Some(i) {
+            let ev = self.plan_target_lost(i, &cause);
             if self.rearmed.contains(&i) {
                 self.rearmed.retain(|&d| d != i);
                 self.stats.rearm_failed.inc();
-                tracing::debug!(
-                    "NET/HA : {}: re-arm of path {i} did not verify ({cause}); retrying after the hold-down",
-                    self.name
-                );
-                return Event::Nothing;
+                self.rearm_attempt_failed(i, now, &format!("it did not verify: {cause}"));
+                return ev;
             }
+            self.backoff.lost(now);
             self.stats.lost_standby(i, &cause);
             tracing::warn!(
                 "NET/HA : {}: standby path {i} lost ({cause}); redundancy lost until it is re-armed",
                 self.name
             );
-            return Event::Nothing;
+            return ev;
         }
         if failing_to.is_none() && self.paths.len() > 1 && self.usable(other) {
+            self.backoff.lost(now);
+            if let Phase::Planned(p) = &self.phase {
+                self.stats.plans_aborted.inc();
+                tracing::info!(
+                    "NET/HA : {}: planned switch from path {} to path {} replaced by a failover",
+                    self.name,
+                    p.from,
+                    p.to
+                );
+            }
+            if self.drained(other) {
+                tracing::info!(
+                    "NET/HA : {}: failing over to path {other} although its device is drained (no other path)",
+                    self.name
+                );
+            }
             tracing::info!(
                 "NET/HA : {}: path {i} failed ({cause}); failing over to path {other}",
                 self.name
@@ -77,6 +108,25 @@ impl Link {
         })
     }
 
+    /// A request on path `i`, which carries the traffic, completed with a status that says the
+    /// request itself was wrong (`StatusClass::Bug`: protection, access, length, invalid
+    /// request). Replayed on the standby it would fail the same way after a needless switch
+    /// that hides the cause, so the connection ends here, naming the status and the request.
+    pub fn fail_request_bug(&mut self, i: usize, status: WcStatus, why: String) -> Event {
+        if matches!(self.phase, Phase::Dead) {
+            return Event::Nothing;
+        }
+        self.phase = Phase::Dead;
+        tracing::warn!(
+            "NET/HA : {}: path {i}: {why}: a protection, access, length or invalid-request error is not a link failure, so it is not failed over (a replay on the standby would fail the same way): connection lost",
+            self.name
+        );
+        Event::Fatal(ProtoError::Failed {
+            status,
+            what: "a request of the connection (not a link failure: not replayed on the standby)",
+        })
+    }
+
     /// The peer reported a failure of the active path: fence it and fail over.
     pub fn peer_failover(&mut self) -> Event {
         let a = self.active;
@@ -105,6 +155,8 @@ impl Link {
         self.active = to;
         self.epoch += 1;
         self.slow_noted = false;
+        self.left_for_drain = false;
+        self.switched();
         let took_us = self
             .stats
             .failover(f.from, to, &f.cause, f.since, replayed as u64);
@@ -120,5 +172,6 @@ impl Link {
             replayed,
             took_us
         );
+        self.switch_event(SwitchKind::Failover, f.from, to, took_us);
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! The periodic duties (soft timeout, port events, standby heartbeats, keep-alive) are in
 //! `timers.rs`, hard failures and the switch in `failure.rs`, re-arming a failed path with a
-//! fresh queue pair in `rearm.rs`.
+//! fresh queue pair (and its backoff) in `rearm.rs`, the planned switch (no fence, no replay)
+//! in `planned.rs`, and which path traffic belongs on — home, unless a device is drained — in
+//! `placement.rs`.
 //!
 //! A failover, seen from here: an error completion (or a port event or stalled work request
 //! with a verified standby to move to, or the peer's word) on the active path fences it (ERR)
@@ -16,7 +18,7 @@
 use super::ha::HaCfg;
 use super::path::{Health, Path};
 use super::region::Region;
-use super::stats::{ConnStats, LiveStats, Standby, State};
+use super::stats::{ConnStats, LiveStats, Standby, State, SwitchKind};
 use crate::engine::Lease;
 use crate::fabric::counters::{Held, Resource};
 use crate::fabric::{Completion, SendOp, SendWr, Sge, WcOpcode, WcStatus};
@@ -24,12 +26,17 @@ use ha_proto::data::layout::{
     ctrl_imm, ctrl_slot, decode_wr_id, wr_id, CtrlMsg, WrKind, CTRL_WORDS, MAILBOX_SLOTS,
 };
 use ha_proto::data::ProtoError;
+use ha_proto::recovery::{Backoff, ReturnHold};
+use ha_proto::status::StatusClass;
 use std::time::Instant;
 
 mod failure;
+mod placement;
+mod planned;
 mod rearm;
 mod timers;
 
+pub use planned::{PlanWhy, Planned};
 pub use timers::{Drain, SoftClock};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +70,8 @@ pub struct Failing {
 #[derive(Clone, Debug)]
 pub enum Phase {
     Normal,
+    /// A planned switch (return home, drain): nothing is fenced, nothing replayed.
+    Planned(Planned),
     Failing(Failing),
     Dead,
 }
@@ -109,7 +118,24 @@ pub struct Link {
     /// Live counters (read by the stats writer while the link lives).
     pub stats: LiveStats,
     pub role: Role,
-    last_failure: Option<Instant>,
+    /// The preferred path: the one on the device NCCL chose.
+    pub home: usize,
+    /// When each path was verified (its first successful completion since it was connected);
+    /// `None` while unverified or failed.
+    verified_at: Vec<Option<Instant>>,
+    /// The hold before returning home, with hysteresis.
+    ret: ReturnHold,
+    /// The schedule of re-arm attempts of the failed path.
+    backoff: Backoff,
+    /// What the drain lists say of this connection's paths.
+    drain: placement::DrainView,
+    /// Sender: the failed path's port was seen down (its coming back restarts the backoff).
+    rearm_port_down: bool,
+    /// Sender: a refused planned switch is not tried again before this.
+    plan_retry_at: Option<Instant>,
+    /// Traffic left the preferred path for a drain (it goes back after the undrain even
+    /// without `HA_NCCL_RETURN_HOME`).
+    left_for_drain: bool,
     waiting_since: Option<Instant>,
     /// Re-armed paths not yet verified by a completion.
     rearmed: Vec<usize>,
@@ -154,6 +180,9 @@ impl Link {
             .collect();
         let name = format!("{} [{}]", parts.role.name(), names.join(" | "));
         let clock = SoftClock::new(Instant::now(), parts.cfg.late_tick());
+        let n = parts.paths.len();
+        let ret = ReturnHold::new(parts.cfg.home.return_hold, parts.cfg.home.return_hold_max);
+        let backoff = Backoff::new(parts.cfg.rearm_hold, parts.cfg.home.rearm_backoff_max);
         if parts.paths.len() == 1 {
             tracing::info!("NET/HA : {name}: one path (no standby)");
         }
@@ -194,7 +223,14 @@ impl Link {
             cfg: parts.cfg,
             stats,
             role: parts.role,
-            last_failure: None,
+            home: 0,
+            verified_at: vec![None; n],
+            ret,
+            backoff,
+            drain: placement::DrainView::default(),
+            rearm_port_down: false,
+            plan_retry_at: None,
+            left_for_drain: false,
             waiting_since: None,
             rearmed: Vec::new(),
             rearm_attempts: 0,
@@ -233,7 +269,7 @@ impl Link {
     }
 
     /// What the fabric's asynchronous events say of path `i`'s port.
-    fn port_healthy(&self, i: usize) -> bool {
+    pub(super) fn port_healthy(&self, i: usize) -> bool {
         let h = &self.holds[i];
         h.engine().fabric().port_healthy(h.dev.dev)
     }
@@ -251,6 +287,27 @@ impl Link {
             Phase::Failing(f) => Some(f),
             _ => None,
         }
+    }
+
+    /// The name of path `i`'s device, as the fabric names it (`mlx5_0:1`, `sock:eth1`).
+    pub fn device_name(&self, i: usize) -> String {
+        let h = &self.holds[i];
+        h.engine()
+            .fabric()
+            .devices()
+            .get(h.dev.dev)
+            .map_or_else(|| format!("dev {}", h.dev.dev), |d| d.name.clone())
+    }
+
+    /// Data bytes each path has carried so far (both path indices, re-armed queue pairs
+    /// included).
+    pub fn path_bytes(&self) -> [u64; 2] {
+        self.stats.snapshot(0).bytes
+    }
+
+    /// Append switch `kind` from `from` to `to`, which took `took_us`, to the stats file.
+    fn switch_event(&self, kind: SwitchKind, from: usize, to: usize, took_us: u64) {
+        self.stats.switched(kind, from, to, self.epoch, took_us);
     }
 
     /// Drain up to `max_poll` completions and run the periodic duties: what the side must act
@@ -323,13 +380,11 @@ impl Link {
         } else {
             path.on_send_completion(&c);
         }
-        if unverified && self.path(i).health == Health::Healthy && self.rearmed.contains(&i) {
-            self.rearmed.retain(|&d| d != i);
-            self.stats.rearmed(i);
-            tracing::info!(
-                "NET/HA : {}: path {i} re-armed as the standby (verified)",
-                self.name
-            );
+        if unverified && self.path(i).health == Health::Healthy {
+            self.verified_at[i] = Some(Instant::now());
+            if self.rearmed.contains(&i) {
+                self.rearm_verified(i);
+            }
         }
         if !c.status.is_ok() {
             if fenced {
@@ -344,7 +399,12 @@ impl Link {
                 Some(WrKind::Recv) => "receive",
                 None => "work request",
             };
-            return self.path_error(i, c.status, format!("{what} completed with {:?}", c.status));
+            let why = format!("{what} completed with {:?}", c.status);
+            let carrying = i == self.active || self.failing().map(|f| f.to) == Some(i);
+            if carrying && c.status.class() == StatusClass::Bug {
+                return self.fail_request_bug(i, c.status, why);
+            }
+            return self.path_error(i, c.status, why);
         }
         if recv {
             let imm = c.imm.unwrap_or(0);
@@ -365,8 +425,9 @@ impl Link {
     }
 
     /// A successful data completion (a receive with a data immediate, a payload or record
-    /// write) of path `i`: for the data machine only if it comes from the active path, or
-    /// from the path being failed over from (what it completed before the fence). After the
+    /// write) of path `i`: for the data machine only if it comes from the active path (during
+    /// a planned switch: the path being left), or from the path being failed over from (what
+    /// it completed before the fence). After the
     /// switch nothing of another path may complete a request (the replay, decided by the
     /// drained fence, covers it), so such a completion is dropped and counted.
     fn data_event(&mut self, i: usize, c: Completion) -> Event {
@@ -432,7 +493,9 @@ impl Link {
             Phase::Normal => "normal",
             Phase::Failing(_) => "failing",
             Phase::Dead => "dead",
+            Phase::Planned(_) => "planned",
         };
+        self.stats.rearm_attempts.set(self.rearm_attempts);
         self.stats.publish(State {
             active: self.active,
             phase,

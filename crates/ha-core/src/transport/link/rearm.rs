@@ -3,8 +3,14 @@
 //! attempt n), the sender connects and says so over the new path itself (`RearmDone`), whose
 //! completions verify the path on both sides — so a re-arm verifies without any traffic and
 //! the receiver never probes a queue pair whose other end is not connected yet. Messages of an
-//! older epoch (before a switch) or of another attempt are ignored. Retried after the hold-down
-//! while the port is up and the answer missing.
+//! older epoch (before a switch) or of another attempt are ignored. A receiver whose port of
+//! that path is down refuses the attempt (an answer without an endpoint).
+//!
+//! Attempts follow a [`Backoff`](ha_proto::recovery::Backoff): the first after the hold-down
+//! (`HA_NCCL_REARM_HOLD_MS`), each failed one (no answer, refused, not verified) doubling the
+//! wait up to `HA_NCCL_REARM_BACKOFF_MAX_MS`, for as long as the connection lives; the port
+//! coming back (an asynchronous event) starts over from the hold-down. The log says the first
+//! failure of an outage and its end (INFO), each attempt only at DEBUG.
 
 use super::{Link, Rearming};
 use crate::transport::path::Path;
@@ -19,25 +25,26 @@ impl Link {
         }
         if let Some(r) = &self.rearm {
             if now.duration_since(r.sent) > self.cfg.rearm_hold * 2 + self.cfg.rto {
-                self.rearm = None; // no answer: try again after the hold-down
-                self.last_failure = Some(now);
+                let d = r.index;
+                self.rearm = None;
+                self.rearm_attempt_failed(d, now, "no answer from the peer");
             }
             return;
         }
         let Some(d) = (0..self.paths.len()).find(|&i| !self.usable(i)) else {
             return;
         };
-        if self
-            .last_failure
-            .is_some_and(|t| now.duration_since(t) < self.cfg.rearm_hold)
-            || !self.holds[d]
-                .engine()
-                .fabric()
-                .port_healthy(self.holds[d].dev.dev)
-        {
-            return; // hold-down, or the port is still down (PORT_ACTIVE not seen yet)
+        if !self.port_healthy(d) {
+            self.rearm_port_down = true;
+            return; // the port is still down (PORT_ACTIVE not seen yet)
         }
-        self.last_failure = Some(now);
+        if std::mem::take(&mut self.rearm_port_down) {
+            self.backoff.port_up(now);
+        }
+        if !self.backoff.due(now) {
+            return;
+        }
+        self.backoff.started();
         self.rearm_attempts += 1;
         let attempt = self.rearm_attempts;
         let started =
@@ -61,11 +68,47 @@ impl Link {
                     sent: now,
                 })
             }
-            Err(e) => tracing::info!(
-                "NET/HA : {}: re-arm of path {d} not started: {e}",
-                self.name
-            ),
+            Err(e) => self.rearm_attempt_failed(d, now, &format!("not started: {e}")),
         }
+    }
+
+    /// Re-arm attempt of path `d` failed at `now` (`why`): the next waits longer. Said once per
+    /// outage at INFO, each time at DEBUG.
+    pub(super) fn rearm_attempt_failed(&mut self, d: usize, now: Instant, why: &str) {
+        let r = self.backoff.failed(now);
+        if r.first {
+            tracing::info!(
+                "NET/HA : {}: re-arm of path {d} failed ({why}); retrying with backoff up to {:?}, quietly until it works",
+                self.name,
+                self.cfg.home.rearm_backoff_max.max(self.cfg.rearm_hold)
+            );
+        } else {
+            tracing::debug!(
+                "NET/HA : {}: re-arm attempt {} of path {d} failed ({why}); next in {:?}",
+                self.name,
+                self.backoff.attempts(),
+                r.wait
+            );
+        }
+    }
+
+    /// Path `i`'s re-arm verified: it is the standby again.
+    pub(super) fn rearm_verified(&mut self, i: usize) {
+        self.rearmed.retain(|&d| d != i);
+        self.stats.rearmed(i);
+        let (attempts, down) = self.backoff.done(Instant::now());
+        let after = if attempts > 1 {
+            format!(
+                " after {attempts} attempts, {:.1} s after it was lost",
+                down.as_secs_f64()
+            )
+        } else {
+            String::new()
+        };
+        tracing::info!(
+            "NET/HA : {}: path {i} re-armed as the standby (verified){after}",
+            self.name
+        );
     }
 
     /// The re-arm in progress: (path, attempt).
@@ -78,6 +121,18 @@ impl Link {
     #[cfg(test)]
     pub(crate) fn rearm_attempts(&self) -> u64 {
         self.rearm_attempts
+    }
+
+    /// The current hold before a return home (hysteresis included).
+    #[cfg(test)]
+    pub(crate) fn return_hold(&self) -> std::time::Duration {
+        self.ret.hold()
+    }
+
+    /// Whether a drained active path with nowhere to go was reported.
+    #[cfg(test)]
+    pub(crate) fn drain_stuck(&self) -> bool {
+        self.drain.stuck_noted
     }
 
     /// Whether a re-arm message belongs to this epoch (not to a path set a switch replaced).
@@ -99,6 +154,11 @@ impl Link {
     pub fn on_rearm(&mut self, msg: &CtrlMsg) {
         let d = msg.a as usize;
         if d >= self.paths.len() || d == self.active || !self.current(msg) {
+            return;
+        }
+        if !self.port_healthy(d) {
+            // The two ends may see the port come back seconds apart.
+            self.refuse_rearm(d, msg.b, "its port is down here");
             return;
         }
         let peer = PathParams {
@@ -133,8 +193,28 @@ impl Link {
                     msg.b
                 );
             }
-            Err(e) => tracing::info!("NET/HA : {}: re-arm of path {d} refused: {e}", self.name),
+            Err(e) => self.refuse_rearm(d, msg.b, &e.to_string()),
         }
+    }
+
+    /// Receiver: answer re-arm `attempt` of path `d` without an endpoint (refused): the sender
+    /// backs off and tries again.
+    fn refuse_rearm(&mut self, d: usize, attempt: u64, why: &str) {
+        let no = CtrlMsg {
+            kind: CtrlKind::RearmAck,
+            epoch: self.epoch,
+            a: d as u64,
+            b: attempt,
+            endpoint: Vec::new(),
+        };
+        let a = self.active;
+        if let Err(e) = self.send_ctrl(a, &no) {
+            tracing::warn!("NET/HA : {}: re-arm refusal not sent: {e}", self.name);
+        }
+        tracing::debug!(
+            "NET/HA : {}: re-arm of path {d} (attempt {attempt}) refused: {why}",
+            self.name
+        );
     }
 
     /// Sender: the receiver's queue pair for the path being re-armed (the answer to the
@@ -154,6 +234,16 @@ impl Link {
             return;
         }
         if !self.current(msg) {
+            return;
+        }
+        if msg.endpoint.is_empty() {
+            let d = msg.a as usize;
+            self.rearm = None;
+            self.rearm_attempt_failed(
+                d,
+                Instant::now(),
+                "refused by the peer (its port is down, or connecting failed)",
+            );
             return;
         }
         let Some(Rearming {
@@ -193,10 +283,7 @@ impl Link {
                     self.name
                 );
             }
-            Err(e) => {
-                self.last_failure = Some(Instant::now());
-                tracing::info!("NET/HA : {}: re-arm of path {d} failed: {e}", self.name);
-            }
+            Err(e) => self.rearm_attempt_failed(d, Instant::now(), &format!("connecting: {e}")),
         }
     }
 

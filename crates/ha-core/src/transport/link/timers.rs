@@ -1,6 +1,7 @@
 //! The periodic duties of a link, run at every pump: port events and the soft timeout of the
 //! active path, the failover deadline, standby heartbeats, keep-alive probes of a waiting
-//! connection, and the re-arm of a failed path (the sender starts it).
+//! connection, the re-arm of a failed path (the sender starts it), and where traffic belongs
+//! (drains, return home: `placement.rs`).
 //!
 //! Soft signals (a stalled work request, a port event, a probe left without completion, a
 //! failover the peer does not finish) may move traffic to a verified standby; they never end a
@@ -64,7 +65,7 @@ pub enum Drain {
 
 impl Link {
     /// Periodic duties, in order: the active path (or the failover deadline), the standby,
-    /// the re-arm of a failed path.
+    /// the re-arm of a failed path, where traffic belongs.
     pub fn tick(&mut self) -> Event {
         let now = Instant::now();
         if self.clock.tick(now) {
@@ -81,6 +82,11 @@ impl Link {
                 self.note_slow_failover(&f, now);
                 Event::Nothing
             }
+            Phase::Planned(p) => {
+                let p = p.clone();
+                self.note_slow_plan(&p, now);
+                self.check_active(now)
+            }
             Phase::Normal => self.check_active(now),
         };
         if !matches!(ev, Event::Nothing) {
@@ -93,7 +99,7 @@ impl Link {
         if self.role == Role::Send && matches!(self.phase, Phase::Normal) {
             self.maybe_rearm(now);
         }
-        Event::Nothing
+        self.steer(now)
     }
 
     /// The active path: a port event, else the soft timeout (checked only when this pump

@@ -82,7 +82,27 @@ pub struct State {
     pub standby: Standby,
 }
 
-const PHASES: [&str; 3] = ["normal", "failing", "dead"];
+const PHASES: [&str; 4] = ["normal", "failing", "dead", "planned"];
+
+/// What moved traffic from one path to another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchKind {
+    Failover,
+    /// Back to the preferred path once it was healthy for the return hold.
+    Return,
+    /// Off a device an operator drained.
+    Drain,
+}
+
+impl SwitchKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SwitchKind::Failover => "failover",
+            SwitchKind::Return => "return",
+            SwitchKind::Drain => "drain",
+        }
+    }
+}
 
 /// The live counters and state of one connection, and who it is.
 #[derive(Debug)]
@@ -106,6 +126,10 @@ pub struct ConnStats {
     pub late_ticks: Counter,
     pub last_failover_unix_ms: Counter,
     pub last_failover_us: Counter,
+    pub returns: Counter,
+    pub drains: Counter,
+    pub plans_aborted: Counter,
+    pub rearm_attempts: Counter,
     /// Since when the failed path had work waiting (at the detection of the failover under
     /// way; 0: none).
     waiting_since_unix_ms: Counter,
@@ -146,6 +170,10 @@ impl ConnStats {
             late_ticks: Counter::default(),
             last_failover_unix_ms: Counter::default(),
             last_failover_us: Counter::default(),
+            returns: Counter::default(),
+            drains: Counter::default(),
+            plans_aborted: Counter::default(),
+            rearm_attempts: Counter::default(),
             waiting_since_unix_ms: Counter::default(),
             active: AtomicUsize::new(0),
             phase: AtomicU8::new(0),
@@ -173,6 +201,10 @@ impl ConnStats {
             late_ticks: self.late_ticks.get(),
             last_failover_unix_ms: self.last_failover_unix_ms.get(),
             last_failover_us: self.last_failover_us.get(),
+            returns: self.returns.get(),
+            drains: self.drains.get(),
+            plans_aborted: self.plans_aborted.get(),
+            rearm_attempts: self.rearm_attempts.get(),
         }
     }
 
@@ -230,6 +262,10 @@ impl ConnStats {
             ("late_ticks", s.late_ticks.into()),
             ("last_failover_unix_ms", s.last_failover_unix_ms.into()),
             ("last_failover_us", s.last_failover_us.into()),
+            ("returns", s.returns.into()),
+            ("drains", s.drains.into()),
+            ("plans_aborted", s.plans_aborted.into()),
+            ("rearm_attempts", s.rearm_attempts.into()),
         ] {
             l.push(k, &v);
         }
@@ -324,6 +360,27 @@ impl ConnStats {
                 ("path", path.into()),
                 ("dev", self.dev(path).into()),
                 ("rearms", self.rearms.get().into()),
+            ],
+        );
+    }
+
+    /// The active path changed from `from` to `to` (`kind`: a failover, a return home, a
+    /// drain) in `took_us`, now at `epoch`: the event carries the data bytes each path had
+    /// carried at that moment, so a run's lines show bytes per path before a cut, during the
+    /// failover and after the return.
+    pub fn switched(&self, kind: SwitchKind, from: usize, to: usize, epoch: u32, took_us: u64) {
+        let bytes = [self.paths[0].bytes.get(), self.paths[1].bytes.get()];
+        self.event(
+            "switch",
+            &[
+                ("kind", kind.name().into()),
+                ("from", from.into()),
+                ("to", to.into()),
+                ("from_dev", self.dev(from).into()),
+                ("to_dev", self.dev(to).into()),
+                ("epoch", u64::from(epoch).into()),
+                ("took_us", took_us.into()),
+                ("bytes", nums(&bytes)),
             ],
         );
     }
@@ -423,6 +480,10 @@ mod tests {
         c.failovers.inc();
         c.last_failover_unix_ms.set(5);
         c.last_failover_us.set(700);
+        c.returns.add(2);
+        c.drains.inc();
+        c.plans_aborted.add(3);
+        c.rearm_attempts.set(9);
         c.publish(State {
             active: 1,
             phase: "normal",
@@ -446,7 +507,7 @@ mod tests {
         );
         assert_eq!(
             j,
-            head + "\"comm\":\"c1\",\"role\":\"send\",\"devices\":[\"r0\",\"r1\"],\"active\":1,\"phase\":\"normal\",\"standby\":\"lost\",\"bytes\":[10,20],\"wrs\":[1,2],\"failovers\":1,\"replays\":3,\"rearms\":1,\"rearm_failed\":6,\"standby_lost\":2,\"stale_dropped\":3,\"late_ticks\":4,\"last_failover_unix_ms\":5,\"last_failover_us\":700,\"duplicates_dropped\":0,\"resources\":{\"pds\":2,\"qps\":4,\"cqs\":2,\"mrs\":3,\"threads\":9,\"sockets\":12,\"connections\":2}}"
+            head + "\"comm\":\"c1\",\"role\":\"send\",\"devices\":[\"r0\",\"r1\"],\"active\":1,\"phase\":\"normal\",\"standby\":\"lost\",\"bytes\":[10,20],\"wrs\":[1,2],\"failovers\":1,\"replays\":3,\"rearms\":1,\"rearm_failed\":6,\"standby_lost\":2,\"stale_dropped\":3,\"late_ticks\":4,\"last_failover_unix_ms\":5,\"last_failover_us\":700,\"returns\":2,\"drains\":1,\"plans_aborted\":3,\"rearm_attempts\":9,\"duplicates_dropped\":0,\"resources\":{\"pds\":2,\"qps\":4,\"cqs\":2,\"mrs\":3,\"threads\":9,\"sockets\":12,\"connections\":2}}"
         );
         assert_eq!(c.snapshot(7).duplicates, 7);
         assert_eq!(c.state().standby, Standby::Lost);

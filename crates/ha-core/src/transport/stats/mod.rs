@@ -8,7 +8,9 @@
 //! lives (and stops with the last, as the engine's progress thread does) and appends one
 //! `"event":"periodic"` line per connection every `HA_NCCL_STATS_INTERVAL_MS`, also for
 //! connections NCCL is not calling into. Events are appended when they happen, by the thread
-//! that saw them: `open`, `failover`, `standby_lost`, `rearmed` and, at close, `closed` (with
+//! that saw them: `open`, `failover`, `standby_lost`, `rearmed`, `switch` (every change of the
+//! active path — `"kind":"failover|return|drain"` — with the data bytes each path had carried
+//! then) and, at close, `closed` (with
 //! the process's live resource counters, see `fabric::counters`). Every line is one flat JSON
 //! object ([`format`]) whose `"event"` field says what it is; readers ignore fields they do not
 //! know, so new events (say, a planned return to the preferred path) only add a name.
@@ -21,7 +23,9 @@ mod writer;
 mod tests;
 
 pub use format::{json_str, Field};
-pub use live::{ConnStats, Counter, LiveStats, PathCounters, PathMeter, Standby, State};
+pub use live::{
+    ConnStats, Counter, LiveStats, PathCounters, PathMeter, Standby, State, SwitchKind,
+};
 pub use writer::{interval, set_interval};
 
 /// The counters of one connection at one moment (tests and the closing line).
@@ -46,6 +50,14 @@ pub struct Stats {
     pub last_failover_unix_ms: u64,
     /// Duration of the last failover (detection to switch), µs.
     pub last_failover_us: u64,
+    /// Planned switches back to the preferred path (return home).
+    pub returns: u64,
+    /// Planned switches off a drained device.
+    pub drains: u64,
+    /// Planned switches abandoned (refused by the peer, or the target failed first).
+    pub plans_aborted: u64,
+    /// Re-arm attempts started.
+    pub rearm_attempts: u64,
 }
 
 /// Wall-clock time now, in ms since the Unix epoch.

@@ -4,12 +4,21 @@
 //! released, completions injected, posts made to fail, a device message-size limit, and a
 //! record of what each completion queue is asked to carry and of posts aimed at a peer queue
 //! pair that is not connected yet.
+//!
+//! Links can be cut at either end ([`Ctl::cut`]): the end's port goes down (as its events
+//! say) and the link of that device is dead while either end is cut — work posted on it
+//! completes with `RETRY_EXC_ERR` (then flushes), connecting a queue pair on it fails. When
+//! each side of a connection has its own `Ctl` ([`Ctl::pair_with`]), the two ends see their
+//! own ports: the link comes back only when both are restored (skew). A link can also go
+//! dark ([`Ctl::dark`]): ports up, queue pairs connect, nothing gets through (a dead switch
+//! port between two healthy NICs).
 
 use crate::fabric::sock::SockEndpoint;
 use crate::fabric::{
     Completion, CompletionQueue, DeviceInfo, Doorbell, Fabric, FabricError, MemoryRegion,
     ProtectionDomain, QpCaps, QpState, QueuePair, Result, SendWr,
 };
+use crate::fabric::{WcOpcode, WcStatus};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +55,14 @@ pub struct Ctl {
     pub posts_to_unconnected: AtomicU64,
     /// Queue pairs say nothing of their link (`link_alive` is `None`, as on verbs).
     hide_link: AtomicBool,
+    /// Devices whose link is cut at this end.
+    cut: Mutex<HashSet<usize>>,
+    /// Devices whose link is dark (seen from this end).
+    dark: Mutex<HashSet<usize>>,
+    /// The other end's control, when it has its own.
+    far: Mutex<Option<Weak<Ctl>>>,
+    /// Queue pairs that saw their dead link (every later post fails too, until fenced).
+    broken: Mutex<HashSet<u32>>,
 }
 
 impl Ctl {
@@ -63,6 +80,48 @@ impl Ctl {
         } else {
             d.insert(dev);
         }
+    }
+
+    /// The two ends of a connection, each with its own control: a link is dead while either
+    /// end is cut.
+    pub fn pair_with(self: &Arc<Ctl>, far: &Arc<Ctl>) {
+        *self.far.lock() = Some(Arc::downgrade(far));
+        *far.far.lock() = Some(Arc::downgrade(self));
+    }
+
+    /// Cut (or restore) this end of device `dev`'s link: its port goes down (up) too.
+    pub fn cut(&self, dev: usize, cut: bool) {
+        if cut {
+            self.cut.lock().insert(dev);
+        } else {
+            self.cut.lock().remove(&dev);
+        }
+        self.set_port(dev, !cut);
+    }
+
+    /// Device `dev`'s link goes dark (or lights up again): nothing gets through, ports up.
+    pub fn dark(&self, dev: usize, dark: bool) {
+        if dark {
+            self.dark.lock().insert(dev);
+        } else {
+            self.dark.lock().remove(&dev);
+        }
+    }
+
+    /// Whether device `dev`'s link is cut at either end.
+    fn cut_at_an_end(&self, dev: usize) -> bool {
+        self.cut.lock().contains(&dev) || self.far().is_some_and(|f| f.cut.lock().contains(&dev))
+    }
+
+    /// Whether device `dev`'s link carries nothing (cut at either end, or dark).
+    pub fn link_dead(&self, dev: usize) -> bool {
+        self.cut_at_an_end(dev)
+            || self.dark.lock().contains(&dev)
+            || self.far().is_some_and(|f| f.dark.lock().contains(&dev))
+    }
+
+    fn far(&self) -> Option<Arc<Ctl>> {
+        self.far.lock().as_ref().and_then(Weak::upgrade)
     }
 
     /// Hold back every completion of queue pair `qpn` from now on.
@@ -233,6 +292,7 @@ impl ProtectionDomain for CtlPd {
             inner,
             ctl: self.ctl.clone(),
             qpn,
+            dev: self.inner.device(),
         }))
     }
 }
@@ -283,6 +343,30 @@ struct CtlQp {
     inner: Box<dyn QueuePair>,
     ctl: Arc<Ctl>,
     qpn: u32,
+    dev: usize,
+}
+
+impl CtlQp {
+    /// Work posted on a dead link: the first signaled request completes `RETRY_EXC_ERR` (the
+    /// retries ran out), everything after it is flushed; the queue pair stays broken.
+    fn fail_dead(&self, wrs: &[SendWr]) {
+        let mut first = self.ctl.broken.lock().insert(self.qpn);
+        for w in wrs.iter().filter(|w| w.signaled) {
+            self.ctl.inject(Completion {
+                wr_id: w.wr_id,
+                qp_num: self.qpn,
+                status: if first {
+                    WcStatus::RetryExcErr
+                } else {
+                    WcStatus::WrFlushErr
+                },
+                opcode: WcOpcode::RdmaWrite,
+                byte_len: 0,
+                imm: None,
+            });
+            first = false;
+        }
+    }
 }
 
 impl QueuePair for CtlQp {
@@ -299,6 +383,12 @@ impl QueuePair for CtlQp {
         self.inner.to_init()
     }
     fn to_rtr(&self, remote: &[u8]) -> Result<()> {
+        if self.ctl.cut_at_an_end(self.dev) {
+            return Err(FabricError::System(format!(
+                "ctl: the link of device {} is down",
+                self.dev
+            )));
+        }
         self.inner.to_rtr(remote)?;
         let peer = SockEndpoint::decode(remote).ok().map(|e| e.qpn);
         let mut qps = self.ctl.qps.lock();
@@ -314,6 +404,10 @@ impl QueuePair for CtlQp {
         self.inner.to_err()
     }
     fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
+        if self.ctl.link_dead(self.dev) || self.ctl.broken.lock().contains(&self.qpn) {
+            self.fail_dead(wrs);
+            return Ok(());
+        }
         if let Some(n) = self
             .ctl
             .fail_post

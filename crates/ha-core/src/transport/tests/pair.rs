@@ -1,6 +1,8 @@
 //! A connection in one process: a send and a receive comm over two `sock` rails on loopback
 //! (127.0.0.1, 127.0.0.2), both on device 0, wrapped in [`CtlFabric`] so the test controls
-//! port health and completions; and [`Flow`], a stream of verified messages over it.
+//! port health and completions — one fabric for both sides, or ([`Pair::split`]) one per
+//! side, so that each end of a link is cut and restored on its own; and [`Flow`], a stream of
+//! verified messages over it.
 
 use super::ctl_fabric::{Ctl, CtlFabric};
 use crate::engine::Engine;
@@ -31,6 +33,7 @@ pub fn cfg() -> HaCfg {
         rearm_hold: Duration::from_millis(200),
         handshake_timeout: Duration::from_secs(20),
         traffic_class: None,
+        home: Default::default(),
     }
 }
 
@@ -52,11 +55,14 @@ pub fn sock() -> Arc<dyn Fabric> {
 }
 
 pub struct Pair {
+    /// The control of the sender's fabric (and of the receiver's, unless split).
     pub ctl: Arc<Ctl>,
+    /// The control of the receiver's fabric.
+    pub ctl_r: Arc<Ctl>,
     pub send: SendComm,
     pub recv: RecvComm,
-    /// Kept alive as long as the comms (NCCL's plugin state holds it).
-    _engine: Arc<Engine>,
+    /// Kept alive as long as the comms (NCCL's plugin state holds them).
+    _engines: Vec<Arc<Engine>>,
 }
 
 impl Pair {
@@ -67,22 +73,57 @@ impl Pair {
     /// A pair whose connections write their statistics to `stats_file`.
     pub fn with_stats(cfg: HaCfg, stats_file: &str) -> Pair {
         let fabric = CtlFabric::new(sock(), Arc::new(Ctl::default()));
-        Pair::build(fabric, cfg, stats_file)
+        Pair::one_fabric(fabric, cfg, stats_file)
     }
 
     /// A pair over `fabric` (say, one limiting the message size).
     pub fn over(fabric: CtlFabric, cfg: HaCfg) -> Pair {
-        Pair::build(fabric, cfg, "")
+        Pair::one_fabric(fabric, cfg, "")
     }
 
-    fn build(fabric: CtlFabric, cfg: HaCfg, stats_file: &str) -> Pair {
+    fn one_fabric(fabric: CtlFabric, cfg: HaCfg, stats_file: &str) -> Pair {
         let ctl = fabric.ctl.clone();
         let engine = Engine::new(Arc::new(fabric), Duration::from_micros(50));
+        Pair::build(
+            vec![engine],
+            [ctl.clone(), ctl],
+            [cfg.clone(), cfg],
+            stats_file,
+        )
+    }
+
+    /// Each side on its own fabric with its own control: each end of a link is cut and
+    /// restored on its own ([`Ctl::cut`]); `stats_file` for both sides.
+    pub fn split(cfg: HaCfg, stats_file: &str) -> Pair {
+        Pair::split_with([cfg.clone(), cfg], stats_file)
+    }
+
+    /// [`Pair::split`] with knobs per side (the sender's, the receiver's): say, a drain list
+    /// of one node only.
+    pub fn split_with(cfgs: [HaCfg; 2], stats_file: &str) -> Pair {
+        let (s, r) = (Arc::new(Ctl::default()), Arc::new(Ctl::default()));
+        s.pair_with(&r);
+        let engine = |ctl: &Arc<Ctl>| {
+            let f = CtlFabric::new(sock(), ctl.clone());
+            Engine::new(Arc::new(f), Duration::from_micros(50))
+        };
+        Pair::build(vec![engine(&s), engine(&r)], [s, r], cfgs, stats_file)
+    }
+
+    /// The connection over `engines` (the sender's first, the receiver's last) and their
+    /// controls.
+    fn build(
+        engines: Vec<Arc<Engine>>,
+        [ctl, ctl_r]: [Arc<Ctl>; 2],
+        [cfg, cfg_r]: [HaCfg; 2],
+        stats_file: &str,
+    ) -> Pair {
+        let (es, er) = (&engines[0], &engines[engines.len() - 1]);
         let mut handle = [0u8; HANDLE_SIZE];
         let ip = "127.0.0.1".parse().unwrap();
-        let mut listen = ListenComm::new(&engine, 0, ip, &cfg, stats_file, &mut handle).unwrap();
+        let mut listen = ListenComm::new(er, 0, ip, &cfg_r, stats_file, &mut handle).unwrap();
         let h = ConnectHandle::decode(&handle).unwrap();
-        let mut pending = PendingConnect::start(&engine, 0, &h, &cfg, stats_file).unwrap();
+        let mut pending = PendingConnect::start(es, 0, &h, &cfg, stats_file).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         let (mut sent_ready, mut recv) = (false, None);
         while !sent_ready || recv.is_none() {
@@ -100,9 +141,10 @@ impl Pair {
         assert_eq!(send.link.paths.len(), paths, "rails in use");
         Pair {
             ctl,
+            ctl_r,
             send,
             recv,
-            _engine: engine,
+            _engines: engines,
         }
     }
 
