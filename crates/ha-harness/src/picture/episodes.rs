@@ -245,7 +245,11 @@ pub fn build(records: &[Record], stream: Option<&Stream>, t0: f64) -> Episodes {
     others.sort_unstable();
     others.dedup();
     for e in others {
-        for g in group(&of(e), |r| r.unix_ms) {
+        let recs: Vec<&Record> = of(e)
+            .into_iter()
+            .filter(|r| !(r.event == "switch" && r.str("kind") == Some("failover")))
+            .collect();
+        for g in group(&recs, |r| r.unix_ms) {
             let label = g.recs[0].label();
             ep.marks.push(mark(
                 g.first(),
