@@ -17,28 +17,10 @@
 //! errors 0. Needs root and iproute2 with network namespaces; skipped (reason printed) without
 //! them. `HA_HOME_DRILL_OUTAGE=SECS` changes the outage's length.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{root, so_path};
 use std::process::{Command, Output};
-
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-/// `target/<profile>/libnccl_net_ha.so`, built fresh by cargo first (see sock_drill.rs).
-fn so_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    if let Ok(cargo) = std::env::var("CARGO") {
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "nccl-net-ha", "--lib"]);
-        if dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let ok = cmd.output().map(|o| o.status.success()).unwrap_or(false);
-        assert!(ok, "cargo build -p nccl-net-ha failed");
-    }
-    dir.join("libnccl_net_ha.so")
-}
 
 /// Why the drill cannot run here, if it cannot.
 fn unavailable() -> Option<String> {

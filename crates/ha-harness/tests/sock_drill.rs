@@ -7,30 +7,11 @@
 //! and iproute2 with network namespaces; skipped (with the reason printed) where those are
 //! missing.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{root, so_path};
+use std::path::Path;
 use std::process::{Command, Output};
-
-/// The workspace root (scripts live there).
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-/// `target/<profile>/libnccl_net_ha.so`, next to the `deps/` folder holding this test, built
-/// fresh by cargo first (integration tests cannot link the cdylib; see the plugin crate's
-/// tests/so/mod.rs).
-fn so_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    if let Ok(cargo) = std::env::var("CARGO") {
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "nccl-net-ha", "--lib"]);
-        if dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        assert!(ok(&mut cmd), "cargo build -p nccl-net-ha failed");
-    }
-    dir.join("libnccl_net_ha.so")
-}
 
 fn ok(cmd: &mut Command) -> bool {
     cmd.output().map(|o| o.status.success()).unwrap_or(false)
