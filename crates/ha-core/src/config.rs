@@ -105,6 +105,14 @@ pub const SOCK_SEGMENT: Param = Param {
     range: Some((4 * KIB, 64 * MIB)),
 };
 
+pub const SOCK_INLINE: Param = Param {
+    name: "HA_NCCL_SOCK_INLINE",
+    kind: Kind::Bytes,
+    default: "4K",
+    doc: "`sock` fabric: a message of at most this many payload bytes (a post whose last write carries an immediate) is written onto the stream by the posting thread itself when the stream is free: no hand-off to the queue pair's sender thread on the small-message path; 0 = always the sender thread. Larger messages, clear-to-send entries and probes stay with the sender thread, which batches them (inlining those cost mid-size all_reduce up to 40 %: bench/results/2026-11-26-sock-fast-path.md).",
+    range: Some((0, MIB)),
+};
+
 pub const SOCK_MAX_QP: Param = Param {
     name: "HA_NCCL_SOCK_MAX_QP",
     kind: Kind::U32,
@@ -308,6 +316,7 @@ pub const PARAMS: &[Param] = &[
     SOCK_RAILS,
     SOCK_RETRY_MS,
     SOCK_SEGMENT,
+    SOCK_INLINE,
     SOCK_MAX_QP,
     SOCK_MAX_CQE,
     TEST_MAX_POLL,
@@ -344,6 +353,8 @@ pub struct Config {
     pub sock_retry: Duration,
     /// `HA_NCCL_SOCK_SEGMENT`, in bytes.
     pub sock_segment: usize,
+    /// `HA_NCCL_SOCK_INLINE`, in bytes.
+    pub sock_inline: usize,
     /// `HA_NCCL_SOCK_MAX_QP` (`None`: 0, no limit).
     pub sock_max_qp: Option<u32>,
     /// `HA_NCCL_SOCK_MAX_CQE` (`None`: 0, unbounded).
@@ -463,6 +474,8 @@ impl Config {
             sock_retry: Duration::from_millis(parse_number(&SOCK_RETRY_MS, &text(&SOCK_RETRY_MS))?),
             sock_segment: usize::try_from(parse_number(&SOCK_SEGMENT, &text(&SOCK_SEGMENT))?)
                 .map_err(|_| out_of_range(&SOCK_SEGMENT, &text(&SOCK_SEGMENT)))?,
+            sock_inline: usize::try_from(parse_number(&SOCK_INLINE, &text(&SOCK_INLINE))?)
+                .map_err(|_| out_of_range(&SOCK_INLINE, &text(&SOCK_INLINE)))?,
             sock_max_qp: limit(&SOCK_MAX_QP, &text(&SOCK_MAX_QP))?,
             sock_max_cqe: limit(&SOCK_MAX_CQE, &text(&SOCK_MAX_CQE))?,
             test_max_poll: u32::try_from(parse_number(&TEST_MAX_POLL, &text(&TEST_MAX_POLL))?)
@@ -767,6 +780,7 @@ mod tests {
         assert!(c.enable_backup && c.failback && !c.mr_eager);
         assert_eq!(c.rto, Duration::from_millis(1000));
         assert_eq!(c.sock_segment, 1 << 20);
+        assert_eq!(c.sock_inline, 4 << 10);
         assert_eq!((c.sock_max_qp, c.sock_max_cqe), (None, None));
         assert_eq!(c.test_max_poll, 16);
         assert_eq!(c.progress_spin, Duration::from_micros(50));
@@ -1051,6 +1065,7 @@ mod tests {
             ("HA_NCCL_SOCK_RAILS", "lo"),
             ("HA_NCCL_SOCK_RETRY_MS", "700"),
             ("HA_NCCL_SOCK_SEGMENT", "8K"),
+            ("HA_NCCL_SOCK_INLINE", "0"),
             ("HA_NCCL_TEST_MAX_POLL", "3"),
             ("HA_NCCL_PROGRESS_SPIN_US", "9"),
             ("HA_NCCL_HANDSHAKE_TIMEOUT_MS", "11"),
@@ -1081,6 +1096,7 @@ mod tests {
             sock_rails,
             sock_retry,
             sock_segment,
+            sock_inline,
             sock_max_qp,
             sock_max_cqe,
             test_max_poll,
@@ -1109,6 +1125,7 @@ mod tests {
         assert_eq!(sock_rails, vec!["lo"]);
         assert_eq!(sock_retry, Duration::from_millis(700));
         assert_eq!(sock_segment, 8192);
+        assert_eq!(sock_inline, 0);
         assert_eq!(test_max_poll, 3);
         assert_eq!(progress_spin, Duration::from_micros(9));
         assert_eq!(handshake_timeout, Duration::from_millis(11));
@@ -1128,7 +1145,7 @@ mod tests {
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
         assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
         assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
-        assert_eq!(PARAMS.len(), 27, "one PARAMS row per Config field");
+        assert_eq!(PARAMS.len(), 28, "one PARAMS row per Config field");
     }
 
     #[test]

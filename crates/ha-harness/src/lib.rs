@@ -12,6 +12,7 @@ pub mod check;
 pub mod conn;
 pub mod drain;
 pub mod driver;
+pub mod limit;
 pub mod outcome;
 pub mod pattern;
 pub mod picture;

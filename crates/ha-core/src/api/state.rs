@@ -124,6 +124,7 @@ fn build() -> ApiResult<Plugin> {
                     rails,
                     retry_timeout: cfg.sock_retry,
                     segment_bytes: cfg.sock_segment,
+                    inline_bytes: cfg.sock_inline,
                     limits: crate::fabric::DeviceLimits {
                         max_qp: cfg.sock_max_qp,
                         max_cqe: cfg.sock_max_cqe,

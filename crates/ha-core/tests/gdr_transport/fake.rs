@@ -117,6 +117,7 @@ impl FakeGpuFabric {
             rails: vec![rail("lo", "127.0.0.1"), rail("lo2", "127.0.0.2")],
             retry_timeout: Duration::from_secs(5),
             segment_bytes: 1 << 20,
+            inline_bytes: 4 << 10,
             limits: Default::default(),
         })
         .unwrap();

@@ -1,5 +1,7 @@
 //! Completion queues of the `sock` fabric: a lock-free queue filled by I/O threads, with a
-//! doorbell rung after each push, and a registry that maps the `Arc<dyn CompletionQueue>`
+//! doorbell rung for the first push after the consumer armed the queue (as a verbs completion
+//! channel: while the progress thread or a `test()` loop is polling, completions wake no
+//! thread), and a registry that maps the `Arc<dyn CompletionQueue>`
 //! handed to `create_qp` back to the concrete queue.
 //!
 //! With `HA_NCCL_SOCK_MAX_CQE` a queue holds at most its depth (clamped to that limit) of
@@ -10,6 +12,7 @@
 //! everything the queue pairs produce.
 
 use crate::fabric::counters::{Held, Resource};
+use crate::fabric::doorbell::Arm;
 use crate::fabric::{Completion, CompletionQueue, Doorbell, FabricError, Result};
 use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
@@ -22,6 +25,8 @@ pub struct SockCq {
     /// Entries the queue holds (`None`: unbounded) and, under the lock, how many it holds now.
     bound: Option<(usize, Mutex<usize>)>,
     overrun: AtomicBool,
+    /// Ring the doorbell for the next push (set by [`Arm::arm`], cleared by that push).
+    armed: AtomicBool,
     _held: Held,
 }
 
@@ -73,8 +78,12 @@ impl SockCq {
             bell,
             bound: capacity.map(|c| (c, Mutex::new(0))),
             overrun: AtomicBool::new(false),
+            // Armed from the start: the first completion wakes a consumer that never polled.
+            armed: AtomicBool::new(true),
             _held: Held::new(Resource::Cq),
         });
+        let arm: Weak<dyn Arm> = Arc::downgrade(&cq) as Weak<dyn Arm>;
+        cq.bell.add_arm(arm);
         REGISTRY
             .lock()
             .push((Arc::as_ptr(&cq) as usize, Arc::downgrade(&cq)));
@@ -116,7 +125,17 @@ impl SockCq {
         } else {
             self.q.push(c);
         }
-        self.bell.ring();
+        // After the push: a consumer arming concurrently either sees this entry on the poll
+        // it makes after arming, or its arm is what this swap takes (and rings).
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.bell.ring();
+        }
+    }
+}
+
+impl Arm for SockCq {
+    fn arm(&self) -> bool {
+        !self.armed.swap(true, Ordering::SeqCst)
     }
 }
 

@@ -8,6 +8,14 @@
 //! are up to three threads: the sender (connect + requests), the ack reader (completions,
 //! READ data, retry timer) and the responder (placement, ACKs, READ responses).
 //!
+//! The small-message path: a post that ends a message (its last write carries an immediate)
+//! with at most `HA_NCCL_SOCK_INLINE` payload bytes is written onto the outbound stream by the
+//! posting thread itself when the stream is free, without blocking: no hand-off to the sender
+//! thread. What the socket does not take at once is copied and left to the sender thread, which
+//! writes it before anything else (`TxState::tail`). Plain writes (clear-to-send entries,
+//! probes) stay with the sender thread, which batches them. Completion queues ring the
+//! engine's doorbell only once armed, so a completion wakes no thread while someone polls.
+//!
 //! # Placement order guarantees (the transport relies on these)
 //! - WRs of one queue pair are placed at the responder in posting order; a WRITE's segments
 //!   are placed in ascending address order, each segment as one copy from the socket.
@@ -85,6 +93,7 @@ pub mod wire;
 pub(crate) mod tests;
 
 pub use cq::{pause_polling, reset_stats as reset_cq_stats, stats as cq_stats, CqStats};
+pub use qp::inline_stats;
 
 use crate::fabric::{
     counters, DeviceInfo, DeviceLimits, Fabric, FabricError, LinkLayer, ProtectionDomain, Result,
@@ -111,6 +120,9 @@ pub struct SockConfig {
     pub retry_timeout: Duration,
     /// Largest payload per frame (1 ..= [`wire::MAX_SEGMENT_BYTES`]).
     pub segment_bytes: usize,
+    /// Sends of at most this many payload bytes are written by the posting thread itself
+    /// when the stream is free (0: never).
+    pub inline_bytes: usize,
     /// Device limits to emulate on every rail (default: none).
     pub limits: DeviceLimits,
 }
@@ -120,6 +132,7 @@ pub struct SockConfig {
 pub(crate) struct Tunables {
     pub retry_timeout: Duration,
     pub segment_bytes: usize,
+    pub inline_bytes: usize,
     /// Entries a completion queue holds at most (`None`: unbounded).
     pub max_cqe: Option<u32>,
 }
@@ -179,6 +192,7 @@ impl SockFabric {
             tun: Tunables {
                 retry_timeout: cfg.retry_timeout,
                 segment_bytes: cfg.segment_bytes,
+                inline_bytes: cfg.inline_bytes,
                 max_cqe: cfg.limits.max_cqe,
             },
             slots,

@@ -216,6 +216,20 @@ pub fn poll_one(fd: RawFd, events: libc::c_short, ms: libc::c_int) -> io::Result
     Ok(if n == 0 { 0 } else { p.revents })
 }
 
+/// `poll(2)` over `fds`; returns how many have events (0 on timeout or interruption).
+pub fn poll_many(fds: &mut [libc::pollfd], ms: libc::c_int) -> io::Result<usize> {
+    // SAFETY: `fds` is a valid, exclusively borrowed slice of pollfd of the length passed.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(n as usize)
+}
+
 /// Connect to `dst` from `src` (port 0), so traffic leaves through the rail owning `src`.
 /// Gives up at `deadline`, or early when `abort()` turns true (checked every few ms).
 pub fn connect_from(
@@ -289,6 +303,53 @@ pub fn connect_from(
 }
 
 /// Send every byte described by `iovs` (which is consumed/adjusted in place).
+/// Write what the socket takes now, without blocking: the iovecs are advanced past what was
+/// written (what is left of them is unsent).
+pub fn sendmsg_now(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
+    let mut first = 0;
+    while first < iovs.len() {
+        if iovs[first].iov_len == 0 {
+            first += 1;
+            continue;
+        }
+        let rest = &mut iovs[first..];
+        let n_iov = rest.len().min(1024);
+        // SAFETY: msghdr is plain old data; all-zero is valid.
+        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_iov = rest.as_mut_ptr();
+        msg.msg_iovlen = n_iov as _;
+        // SAFETY: as in `sendmsg_all`; MSG_DONTWAIT makes this one call non-blocking.
+        let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(()),
+                _ => return Err(e),
+            }
+        }
+        advance(iovs, &mut first, r as usize);
+    }
+    Ok(())
+}
+
+/// Move `iovs[first..]` past `n` written bytes.
+fn advance(iovs: &mut [libc::iovec], first: &mut usize, mut n: usize) {
+    while n > 0 {
+        let iov = &mut iovs[*first];
+        if n >= iov.iov_len {
+            n -= iov.iov_len;
+            iov.iov_len = 0;
+            *first += 1;
+        } else {
+            // SAFETY: advancing within the same buffer by fewer bytes than its length.
+            iov.iov_base = unsafe { (iov.iov_base as *mut u8).add(n) } as *mut libc::c_void;
+            iov.iov_len -= n;
+            n = 0;
+        }
+    }
+}
+
 pub fn sendmsg_all(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
     let mut first = 0;
     while first < iovs.len() {
@@ -312,20 +373,7 @@ pub fn sendmsg_all(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
             }
             return Err(e);
         }
-        let mut n = r as usize;
-        while n > 0 {
-            let iov = &mut iovs[first];
-            if n >= iov.iov_len {
-                n -= iov.iov_len;
-                iov.iov_len = 0;
-                first += 1;
-            } else {
-                // SAFETY: advancing within the same buffer by fewer bytes than its length.
-                iov.iov_base = unsafe { (iov.iov_base as *mut u8).add(n) } as *mut libc::c_void;
-                iov.iov_len -= n;
-                n = 0;
-            }
-        }
+        advance(iovs, &mut first, r as usize);
     }
     Ok(())
 }

@@ -8,17 +8,20 @@ use super::domain::InboundTarget;
 use super::limits::QpSlot;
 use super::listener::PdCore;
 use super::net;
-use super::qp_state::{state_to_u8, Control, QpShared, SendQueue, WrEntry};
+use super::qp_state::{state_to_u8, Control, QpShared, SendQueue, TxState, WrEntry};
 use super::wire::Hello;
 use super::{requester, responder, SockEndpoint};
 use crate::fabric::counters::{self, Counted, Held, Resource};
-use crate::fabric::{FabricError, QpCaps, QpState, QueuePair, Result, SendWr, WcStatus};
+use crate::fabric::{FabricError, QpCaps, QpState, QueuePair, Result, SendOp, SendWr, WcStatus};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -113,8 +116,11 @@ impl SockQp {
                 next_psn: 0,
                 last_progress: Instant::now(),
                 link_dead: false,
+                tail_pending: false,
             }),
             sq_cv: Condvar::new(),
+            tx: Mutex::new(TxState::default()),
+            out_fd: AtomicI32::new(-1),
             rq: Mutex::new(VecDeque::new()),
             rq_cv: Condvar::new(),
             place: RwLock::new(()),
@@ -140,6 +146,71 @@ impl SockQp {
         FabricError::BadState {
             state: self.shared.state(),
             op,
+        }
+    }
+}
+
+static INLINE_BATCHES: AtomicU64 = AtomicU64::new(0);
+static INLINE_TAILS: AtomicU64 = AtomicU64::new(0);
+
+/// Process-wide: batches a posting thread wrote itself, and how many of those left a tail
+/// (bytes the socket did not take at once) for the sender thread.
+pub fn inline_stats() -> (u64, u64) {
+    (INLINE_BATCHES.load(Relaxed), INLINE_TAILS.load(Relaxed))
+}
+
+impl SockQp {
+    /// The stream's write right and the frames of the newly posted WRs, if the stream is
+    /// connected and nobody writes it now (never waits: the sender thread takes `tx` before
+    /// `sq`).
+    fn try_take_inline<'a>(
+        &'a self,
+        sq: &mut SendQueue,
+    ) -> Option<(parking_lot::MutexGuard<'a, TxState>, requester::Batch)> {
+        let s = &self.shared;
+        if s.out_fd.load(SeqCst) < 0 {
+            return None;
+        }
+        let tx = s.tx.try_lock()?;
+        if !tx.tail.is_empty() {
+            return None;
+        }
+        let mut batch = requester::Batch::default();
+        requester::take_frames(sq, s.pd.tun.segment_bytes as u64, &mut batch);
+        Some((tx, batch))
+    }
+
+    /// Write a batch taken by [`SockQp::try_take_inline`] without blocking: what the socket
+    /// does not take now is copied for the sender thread, which is woken to write it.
+    fn write_inline(&self, mut tx: parking_lot::MutexGuard<'_, TxState>, batch: &requester::Batch) {
+        let s = &self.shared;
+        if batch.is_empty() {
+            return;
+        }
+        let fd = s.out_fd.load(SeqCst);
+        INLINE_BATCHES.fetch_add(1, Relaxed);
+        let mut pins = Vec::new();
+        let mut iovs = Vec::with_capacity(2 * requester::MAX_BATCH);
+        let mut tail = std::mem::take(&mut tx.tail);
+        let r = requester::write_batch(s, fd, batch, &mut pins, &mut iovs, Some(&mut tail));
+        let left = !tail.is_empty();
+        tx.tail = tail;
+        drop(tx);
+        match r {
+            Ok(()) => {
+                if left {
+                    INLINE_TAILS.fetch_add(1, Relaxed);
+                    s.sq.lock().tail_pending = true;
+                    s.sq_cv.notify_all();
+                }
+            }
+            Err(requester::WriteFail::Dead) => {}
+            Err(requester::WriteFail::Io(e)) => {
+                if !s.dead() {
+                    tracing::debug!("sock: qp {} send: {e}", s.qpn);
+                    s.fail(Some(WcStatus::RetryExcErr));
+                }
+            }
         }
     }
 }
@@ -219,6 +290,7 @@ impl QueuePair for SockQp {
             QpState::Rts | QpState::Err => {}
             _ => return Err(self.bad_state("post_send")),
         }
+        let mut inline = None;
         let cause = {
             let mut sq = s.sq.lock();
             if s.state() == QpState::Err {
@@ -230,8 +302,14 @@ impl QueuePair for SockQp {
             if sq.wrs.len() + wrs.len() > s.caps.max_send_wr as usize {
                 return Err(FabricError::QueueFull("sock: send queue"));
             }
+            // The sender thread has nothing of its own to emit: these WRs come first.
+            let idle = sq.next_send == sq.wrs.len() && !sq.tail_pending;
+            let mut bytes = 0usize;
+            let mut imm = false;
             for wr in wrs {
                 let (mr, bad) = s.check_local(wr);
+                bytes = bytes.saturating_add(wr.local.len);
+                imm |= matches!(wr.op, SendOp::WriteWithImm(_));
                 sq.wrs.push_back(WrEntry {
                     wr: *wr,
                     mr,
@@ -242,13 +320,27 @@ impl QueuePair for SockQp {
                     last_psn: 0,
                 });
             }
-            s.sq_cv.notify_all();
+            if idle
+                && imm
+                && bytes <= s.pd.tun.inline_bytes
+                && s.pd.tun.inline_bytes > 0
+                && !sq.link_dead
+                && requester::has_work(&sq)
+            {
+                inline = self.try_take_inline(&mut sq);
+            }
+            if inline.is_none() || requester::has_work(&sq) {
+                s.sq_cv.notify_all();
+            }
             if sq.link_dead {
                 Some(WcStatus::RetryExcErr)
             } else {
                 sq.wrs.front().and_then(|e| e.bad)
             }
         };
+        if let Some((tx, batch)) = inline {
+            self.write_inline(tx, &batch);
+        }
         if let Some(c) = cause {
             s.fail(Some(c));
         }

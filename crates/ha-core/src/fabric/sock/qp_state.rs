@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -68,6 +68,18 @@ pub struct SendQueue {
     pub last_progress: Instant,
     /// The outbound stream broke while nothing was outstanding: the next WR fails.
     pub link_dead: bool,
+    /// A posting thread left the rest of its batch in [`TxState::tail`]: the sender thread
+    /// writes it.
+    pub tail_pending: bool,
+}
+
+/// The right to write the outbound stream (held by whoever writes frames: the sender thread,
+/// or a posting thread that found the stream free), and bytes that must go out first.
+#[derive(Default)]
+pub struct TxState {
+    /// The unsent rest of a batch a posting thread began without blocking (already copied
+    /// out of local memory).
+    pub tail: Vec<u8>,
 }
 
 pub struct Control {
@@ -91,6 +103,12 @@ pub struct QpShared {
     pub ctl_cv: Condvar,
     pub sq: Mutex<SendQueue>,
     pub sq_cv: Condvar,
+    /// Lock order: `tx` → `sq` (the sender thread); a posting thread holding `sq` only
+    /// `try_lock`s it.
+    pub tx: Mutex<TxState>,
+    /// The outbound stream's descriptor once connected (-1 before): kept open by
+    /// `Control::out_sock` until the queue pair is dropped.
+    pub(super) out_fd: AtomicI32,
     pub rq: Mutex<VecDeque<u64>>,
     pub rq_cv: Condvar,
     /// Shared around every copy into or out of memory; exclusive = the `to_err` fence.
@@ -276,6 +294,7 @@ impl QpShared {
         if self.dead() {
             return false;
         }
+        self.out_fd.store(s.as_raw_fd(), SeqCst);
         ctl.out_sock = Some(s);
         true
     }

@@ -9,7 +9,7 @@
 use super::liveness::{LinkWatch, Liveness};
 use super::mr::{MrEntry, MrPin};
 use super::net;
-use super::qp_state::{QpShared, LINK_ALIVE, LINK_DEAD};
+use super::qp_state::{QpShared, SendQueue, LINK_ALIVE, LINK_DEAD};
 use super::reader::{Abort, FrameReader, Watch};
 use super::wire::{flags, syndrome, Header, Hello, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
 use crate::fabric::counters::{self, Counted};
@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Most frames gathered into one `sendmsg`.
-const MAX_BATCH: usize = 64;
+pub(super) const MAX_BATCH: usize = 64;
 
 /// Sender thread body: connect, then emit frames until the queue pair dies.
 pub fn run_sender(qp: Arc<QpShared>) {
@@ -100,130 +100,233 @@ fn connect(qp: &QpShared) -> Option<Counted<TcpStream>> {
 }
 
 /// One frame of a batch: its header and payload (`ptr`, `len`).
-struct Frame {
+pub(super) struct Frame {
     hdr: [u8; HEADER_LEN],
     ptr: usize,
     len: usize,
 }
 
+/// Frames taken off the send queue, with the registrations their payloads come from.
+#[derive(Default)]
+pub(super) struct Batch {
+    frames: Vec<Frame>,
+    mrs: Vec<Arc<MrEntry>>,
+}
+
+impl Batch {
+    fn with_capacity(n: usize) -> Batch {
+        Batch {
+            frames: Vec::with_capacity(n),
+            mrs: Vec::with_capacity(n),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.frames.clear();
+        self.mrs.clear();
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+}
+
+/// Whether the send queue holds a frame to emit (the next unsent WR passed its local check).
+pub(super) fn has_work(sq: &SendQueue) -> bool {
+    sq.next_send < sq.wrs.len() && sq.wrs[sq.next_send].bad.is_none()
+}
+
+/// Take up to [`MAX_BATCH`] frames (about one segment of payload) off the send queue, in
+/// posting order, giving each the next PSN. The caller holds the queue pair's `tx` lock, so
+/// frames reach the stream in the order they were taken.
+pub(super) fn take_frames(sq: &mut SendQueue, seg: u64, b: &mut Batch) {
+    if !sq.wrs.front().is_some_and(|e| e.started) {
+        // Nothing was outstanding: the retry timer starts now.
+        sq.last_progress = Instant::now();
+    }
+    let mut bytes = 0u64;
+    while b.frames.len() < MAX_BATCH && bytes < seg && sq.next_send < sq.wrs.len() {
+        let i = sq.next_send;
+        let psn = sq.next_psn;
+        let e = &mut sq.wrs[i];
+        if e.bad.is_some() {
+            break;
+        }
+        e.started = true;
+        let mut h = Header::new(Op::Write);
+        h.rkey = e.wr.rkey;
+        h.psn = psn;
+        let total = e.wr.local.len as u64;
+        h.total = total;
+        let (ptr, len);
+        match e.wr.op {
+            SendOp::Read => {
+                h.op = Op::ReadReq;
+                h.raddr = e.wr.remote_addr;
+                (ptr, len) = (0, 0);
+                e.emitted = true;
+            }
+            SendOp::Write | SendOp::WriteWithImm(_) => {
+                let off = e.sent;
+                let n = seg.min(total - off);
+                h.raddr = e.wr.remote_addr + off;
+                h.len = n as u32;
+                if off == 0 {
+                    h.flags |= flags::FIRST;
+                }
+                if off + n == total {
+                    h.flags |= flags::LAST;
+                    e.emitted = true;
+                    if let SendOp::WriteWithImm(imm) = e.wr.op {
+                        h.flags |= flags::IMM;
+                        h.imm = imm;
+                    }
+                }
+                (ptr, len) = (e.wr.local.addr + off as usize, n as usize);
+                e.sent = off + n;
+                bytes += n;
+                if n > 0 {
+                    let mr = e.mr.as_ref().expect("checked at post");
+                    if !b.mrs.last().is_some_and(|m| Arc::ptr_eq(m, mr)) {
+                        b.mrs.push(mr.clone());
+                    }
+                }
+            }
+        }
+        if e.emitted {
+            e.last_psn = psn;
+            sq.next_send += 1;
+        }
+        sq.next_psn = psn.wrapping_add(1);
+        b.frames.push(Frame {
+            hdr: h.to_bytes(),
+            ptr,
+            len,
+        });
+    }
+}
+
+/// Why a batch could not be written.
+pub(super) enum WriteFail {
+    /// The queue pair is in ERR (or a registration vanished and it was failed): stop.
+    Dead,
+    /// The stream failed: the caller fails the queue pair with `RetryExcErr`.
+    Io(std::io::Error),
+}
+
+/// Write `b` to the stream `fd`: each source registration pinned and the queue pair's `place`
+/// lock held shared (the fence waits for the copy). `tail`: `None` writes it all, blocking;
+/// `Some(buf)` writes without blocking what the socket takes now and copies the rest of the
+/// batch into `buf` (bytes the sender thread writes before any later frame). Returns `Ok`
+/// when every byte was written or kept.
+pub(super) fn write_batch(
+    qp: &QpShared,
+    fd: RawFd,
+    b: &Batch,
+    pins: &mut Vec<MrPin>,
+    iovs: &mut Vec<libc::iovec>,
+    tail: Option<&mut Vec<u8>>,
+) -> Result<(), WriteFail> {
+    let g = qp.place.read();
+    if qp.dead() {
+        return Err(WriteFail::Dead);
+    }
+    for m in &b.mrs {
+        match m.pin() {
+            Some(p) => pins.push(p),
+            None => {
+                // A source registration vanished under an outstanding WR.
+                pins.clear();
+                drop(g);
+                qp.fail(Some(WcStatus::LocProtErr));
+                return Err(WriteFail::Dead);
+            }
+        }
+    }
+    iovs.clear();
+    for f in &b.frames {
+        iovs.push(net::iov(f.hdr.as_ptr(), HEADER_LEN));
+        if f.len > 0 {
+            iovs.push(net::iov(f.ptr as *const u8, f.len));
+        }
+    }
+    let r = match tail {
+        None => net::sendmsg_all(fd, iovs),
+        Some(buf) => net::sendmsg_now(fd, iovs).map(|()| {
+            for v in iovs.iter().filter(|v| v.iov_len > 0) {
+                // SAFETY: what is left of each iovec lies inside a frame header of `b` or a
+                // payload inside a registration pinned above, read under `place`.
+                buf.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len)
+                });
+            }
+        }),
+    };
+    pins.clear();
+    drop(g);
+    r.map_err(WriteFail::Io)
+}
+
 fn send_loop(qp: &QpShared, stream: &TcpStream) {
     let fd = stream.as_raw_fd();
     let seg = qp.pd.tun.segment_bytes as u64;
-    let mut frames: Vec<Frame> = Vec::with_capacity(MAX_BATCH);
-    let mut mrs: Vec<Arc<MrEntry>> = Vec::with_capacity(MAX_BATCH);
+    let mut b = Batch::with_capacity(MAX_BATCH);
     let mut pins: Vec<MrPin> = Vec::with_capacity(MAX_BATCH);
     let mut iovs: Vec<libc::iovec> = Vec::with_capacity(2 * MAX_BATCH);
     loop {
-        frames.clear();
-        mrs.clear();
+        b.clear();
         {
+            // Wait for work without the stream: meanwhile a posting thread may write its
+            // small requests itself (`SockQp::post_send`).
             let mut sq = qp.sq.lock();
             loop {
                 if qp.dead() {
                     return;
                 }
-                if sq.next_send < sq.wrs.len() && sq.wrs[sq.next_send].bad.is_none() {
+                if sq.tail_pending || has_work(&sq) {
                     break;
                 }
                 qp.sq_cv.wait(&mut sq);
             }
-            if !sq.wrs.front().is_some_and(|e| e.started) {
-                // Nothing was outstanding: the retry timer starts now.
-                sq.last_progress = Instant::now();
-            }
-            let mut bytes = 0u64;
-            while frames.len() < MAX_BATCH && bytes < seg && sq.next_send < sq.wrs.len() {
-                let i = sq.next_send;
-                let psn = sq.next_psn;
-                let e = &mut sq.wrs[i];
-                if e.bad.is_some() {
-                    break;
-                }
-                e.started = true;
-                let mut h = Header::new(Op::Write);
-                h.rkey = e.wr.rkey;
-                h.psn = psn;
-                let total = e.wr.local.len as u64;
-                h.total = total;
-                let (ptr, len);
-                match e.wr.op {
-                    SendOp::Read => {
-                        h.op = Op::ReadReq;
-                        h.raddr = e.wr.remote_addr;
-                        (ptr, len) = (0, 0);
-                        e.emitted = true;
-                    }
-                    SendOp::Write | SendOp::WriteWithImm(_) => {
-                        let off = e.sent;
-                        let n = seg.min(total - off);
-                        h.raddr = e.wr.remote_addr + off;
-                        h.len = n as u32;
-                        if off == 0 {
-                            h.flags |= flags::FIRST;
-                        }
-                        if off + n == total {
-                            h.flags |= flags::LAST;
-                            e.emitted = true;
-                            if let SendOp::WriteWithImm(imm) = e.wr.op {
-                                h.flags |= flags::IMM;
-                                h.imm = imm;
-                            }
-                        }
-                        (ptr, len) = (e.wr.local.addr + off as usize, n as usize);
-                        e.sent = off + n;
-                        bytes += n;
-                        if n > 0 {
-                            let mr = e.mr.as_ref().expect("checked at post");
-                            if !mrs.last().is_some_and(|m| Arc::ptr_eq(m, mr)) {
-                                mrs.push(mr.clone());
-                            }
-                        }
-                    }
-                }
-                if e.emitted {
-                    e.last_psn = psn;
-                    sq.next_send += 1;
-                }
-                sq.next_psn = psn.wrapping_add(1);
-                frames.push(Frame {
-                    hdr: h.to_bytes(),
-                    ptr,
-                    len,
-                });
-            }
         }
-        let g = qp.place.read();
-        if qp.dead() {
-            return;
-        }
-        for m in &mrs {
-            match m.pin() {
-                Some(p) => pins.push(p),
-                None => {
-                    // A source registration vanished under an outstanding WR.
-                    pins.clear();
-                    drop(g);
-                    qp.fail(Some(WcStatus::LocProtErr));
-                    return;
+        let mut tx = qp.tx.lock();
+        let r = {
+            let mut sq = qp.sq.lock();
+            if qp.dead() {
+                return;
+            }
+            sq.tail_pending = false;
+            take_frames(&mut sq, seg, &mut b);
+            Ok(())
+        };
+        let r = r.and_then(|()| {
+            if tx.tail.is_empty() {
+                return Ok(());
+            }
+            // The rest of a batch a posting thread began: it goes first.
+            let mut v = [net::iov(tx.tail.as_ptr(), tx.tail.len())];
+            let r = net::sendmsg_all(fd, &mut v);
+            tx.tail.clear();
+            r.map_err(WriteFail::Io)
+        });
+        let r = r.and_then(|()| {
+            if b.is_empty() {
+                Ok(())
+            } else {
+                write_batch(qp, fd, &b, &mut pins, &mut iovs, None)
+            }
+        });
+        drop(tx);
+        match r {
+            Ok(()) => {}
+            Err(WriteFail::Dead) => return,
+            Err(WriteFail::Io(e)) => {
+                if !qp.dead() {
+                    tracing::debug!("sock: qp {} send: {e}", qp.qpn);
+                    qp.fail(Some(WcStatus::RetryExcErr));
                 }
+                return;
             }
-        }
-        iovs.clear();
-        for f in &frames {
-            iovs.push(net::iov(f.hdr.as_ptr(), HEADER_LEN));
-            if f.len > 0 {
-                iovs.push(net::iov(f.ptr as *const u8, f.len));
-            }
-        }
-        let r = net::sendmsg_all(fd, &mut iovs);
-        pins.clear();
-        drop(g);
-        if let Err(e) = r {
-            if !qp.dead() {
-                tracing::debug!("sock: qp {} send: {e}", qp.qpn);
-                qp.fail(Some(WcStatus::RetryExcErr));
-            }
-            return;
         }
     }
 }

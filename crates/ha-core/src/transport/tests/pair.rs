@@ -48,6 +48,7 @@ pub fn sock() -> Arc<dyn Fabric> {
             rails: vec![rail("127.0.0.1"), rail("127.0.0.2")],
             retry_timeout: Duration::from_millis(300),
             segment_bytes: 1 << 20,
+            inline_bytes: 4 << 10,
             limits: Default::default(),
         })
         .unwrap(),

@@ -239,3 +239,153 @@ fn many_wrs_complete_in_posting_order() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// Small WRITE_WITH_IMMs (written by the posting thread itself) and large ones (left to the
+/// sender thread) posted back to back, without waiting: every byte lands, receives complete
+/// in posting order with their immediates, and the inline path was taken.
+#[test]
+fn inline_and_sender_thread_writes_interleave_in_posting_order() {
+    let _l = TEST_LOCK.read();
+    let (_f, a, b) = pair(LONG, 1 << 20);
+    const N: usize = 120;
+    const SLOT: usize = 256 << 10;
+    let mut src = Buf::new(N * SLOT, 0);
+    src.pattern(77);
+    let dst = Buf::new(N * SLOT, 0xEE);
+    let ms = a.reg(&src, Access::LOCAL_WRITE);
+    let md = b.reg(&dst, Access::REMOTE_WRITE);
+    for i in 0..N as u64 {
+        b.qp.post_recv(500 + i).unwrap();
+    }
+    let (inline_before, _) = inline_stats();
+    // Sizes: 8 B and 4 KiB go inline when the stream is free; 200 KiB never does.
+    let size = |i: usize| [8usize, 200 << 10, 4096, 8, 200 << 10, 64][i % 6];
+    for i in 0..N {
+        let w = wr(
+            i as u64,
+            SendOp::WriteWithImm(i as u32),
+            (&src, i * SLOT, size(i), ms.keys().lkey),
+            dst.addr() + i * SLOT,
+            md.keys().rkey,
+        );
+        a.qp.post_send(&[w]).unwrap();
+    }
+    let want: Vec<(u64, WcStatus)> = (0..N as u64).map(|i| (i, WcStatus::Success)).collect();
+    assert_eq!(statuses(&a.wait(N)), want);
+    let rc = b.wait(N);
+    let got: Vec<(u64, Option<u32>, u32)> =
+        rc.iter().map(|c| (c.wr_id, c.imm, c.byte_len)).collect();
+    let want: Vec<(u64, Option<u32>, u32)> = (0..N)
+        .map(|i| (500 + i as u64, Some(i as u32), size(i) as u32))
+        .collect();
+    assert_eq!(got, want);
+    for i in 0..N {
+        let (lo, n) = (i * SLOT, size(i));
+        assert!(
+            dst.bytes()[lo..lo + n] == src.bytes()[lo..lo + n],
+            "slot {i}: bytes differ"
+        );
+        assert!(
+            dst.bytes()[lo + n..lo + SLOT].iter().all(|&x| x == 0xEE),
+            "slot {i}: past the end"
+        );
+    }
+    assert!(
+        inline_stats().0 > inline_before,
+        "no batch was written by the posting thread"
+    );
+}
+
+/// The responder stops reading (a WRITE_WITH_IMM waits for a receive), so the stream's
+/// buffers fill while the posting thread keeps writing small messages itself: a write the
+/// socket takes only in part leaves its tail to the sender thread, and once the receives are
+/// posted everything arrives intact, in order, exactly once.
+#[test]
+fn an_inline_write_the_socket_cannot_take_is_finished_by_the_sender_thread() {
+    let _l = TEST_LOCK.read();
+    let (_f, a, b) = pair(LONG, 1 << 20);
+    const N: usize = 250;
+    const SIZE: usize = 60 << 10;
+    let mut src = Buf::new(N * SIZE, 0);
+    src.pattern(5);
+    let dst = Buf::new(N * SIZE, 0xEE);
+    let ms = a.reg(&src, Access::LOCAL_WRITE);
+    let md = b.reg(&dst, Access::REMOTE_WRITE);
+    let (_, tails_before) = inline_stats();
+    // No receive is posted: B's responder waits (RNR) at the first WRITE_WITH_IMM and stops
+    // reading, while 15 MiB more are posted, each when the previous call returned.
+    for i in 0..N {
+        let w = wr(
+            i as u64,
+            SendOp::WriteWithImm(i as u32),
+            (&src, i * SIZE, SIZE, ms.keys().lkey),
+            dst.addr() + i * SIZE,
+            md.keys().rkey,
+        );
+        a.qp.post_send(&[w]).unwrap();
+    }
+    // Nothing can complete while B waits for its receive.
+    a.none_until(Instant::now() + Duration::from_millis(300));
+    for i in 0..N as u64 {
+        b.qp.post_recv(1000 + i).unwrap();
+    }
+    let want: Vec<(u64, WcStatus)> = (0..N as u64).map(|i| (i, WcStatus::Success)).collect();
+    assert_eq!(statuses(&a.wait(N)), want);
+    let got: Vec<(u64, Option<u32>)> = b.wait(N).iter().map(|c| (c.wr_id, c.imm)).collect();
+    let want: Vec<(u64, Option<u32>)> = (0..N as u64).map(|i| (1000 + i, Some(i as u32))).collect();
+    assert_eq!(got, want);
+    assert!(dst.bytes() == src.bytes(), "bytes differ");
+    assert!(
+        inline_stats().1 > tails_before,
+        "no inline write was left unfinished: the test did not fill the socket"
+    );
+    assert_eq!((a.qp.state(), b.qp.state()), (QpState::Rts, QpState::Rts));
+}
+
+/// Only message ends (a batch with a WRITE_WITH_IMM) go inline: plain WRITEs (the transport's
+/// clear-to-send entries, probes) stay with the sender thread, which batches them — writing
+/// each from NCCL's proxy thread cost mid-size all_reduce up to 40 % (measured on the H100
+/// machine, bench/results/2026-11-26-sock-fast-path.md).
+#[test]
+fn plain_writes_are_left_to_the_sender_thread() {
+    let _l = TEST_LOCK.read();
+    let (_f, a, b) = pair(LONG, 1 << 20);
+    let src = Buf::new(4096, 3);
+    let dst = Buf::new(4096, 0);
+    let ms = a.reg(&src, Access::LOCAL_WRITE);
+    let md = b.reg(&dst, Access::REMOTE_WRITE);
+    let post = |id: u64, op: SendOp| {
+        let w = wr(
+            id,
+            op,
+            (&src, 0, 64, ms.keys().lkey),
+            dst.addr(),
+            md.keys().rkey,
+        );
+        a.qp.post_send(&[w]).unwrap();
+        a.wait(1)
+    };
+    // The first post waits for the sender thread to connect; then the stream is free.
+    assert_eq!(
+        statuses(&post(0, SendOp::Write)),
+        vec![(0, WcStatus::Success)]
+    );
+    let before = inline_stats().0;
+    for i in 1..=20 {
+        assert_eq!(
+            statuses(&post(i, SendOp::Write)),
+            vec![(i, WcStatus::Success)]
+        );
+    }
+    assert_eq!(inline_stats().0, before, "a plain WRITE went inline");
+    b.qp.post_recv(9).unwrap();
+    assert_eq!(
+        statuses(&post(21, SendOp::WriteWithImm(5))),
+        vec![(21, WcStatus::Success)]
+    );
+    assert!(
+        inline_stats().0 > before,
+        "a WRITE_WITH_IMM did not go inline"
+    );
+    assert_eq!(b.wait(1)[0].imm, Some(5));
+}

@@ -25,6 +25,7 @@ fn devices_config_and_endpoint() {
             rails,
             retry_timeout: Duration::from_secs(1),
             segment_bytes: seg,
+            inline_bytes: 64 << 10,
             limits: Default::default(),
         })
     };

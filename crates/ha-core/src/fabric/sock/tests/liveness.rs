@@ -108,6 +108,7 @@ fn rail_fabric(ip: &str, retry: Duration) -> SockFabric {
         }],
         retry_timeout: retry,
         segment_bytes: 1 << 20,
+        inline_bytes: 64 << 10,
         limits: Default::default(),
     })
     .unwrap()
@@ -204,5 +205,106 @@ fn a_link_that_dies_after_the_data_was_acknowledged_fails_through_keepalive() {
     });
     if r.is_none() {
         eprintln!("a_link_that_dies_after_the_data_was_acknowledged: skipped");
+    }
+}
+
+/// The link dies while the posting thread is writing small sends onto the stream itself (the
+/// inline path): every WR posted is accounted for exactly once — a prefix completes
+/// `Success`, then one `RetryExcErr` within the retry window, the rest flush — and the bytes
+/// of every WR that completed `Success` are in place at the peer.
+#[test]
+fn a_link_cut_while_the_posting_thread_writes_inline_fails_cleanly() {
+    let _l = TEST_LOCK.read();
+    let retry = Duration::from_millis(400);
+    let r = in_private_netns(move || {
+        let (_fa, _fb, a, b) = near_far(retry);
+        const N: usize = 200;
+        const SIZE: usize = 512;
+        let mut src = Buf::new(N * SIZE, 0);
+        src.pattern(11);
+        let dst = Buf::new(N * SIZE, 0);
+        let ms = a.reg(&src, Access::LOCAL_WRITE);
+        let md = b.reg(&dst, Access::REMOTE_WRITE);
+        for i in 0..N as u64 + 3 {
+            b.qp.post_recv(10_000 + i).unwrap();
+        }
+        let (inline_before, _) = inline_stats();
+        let mut done = Vec::new();
+        let mut posted = 0;
+        let mut cut_at = None;
+        // One small WRITE_WITH_IMM at a time, each posted as soon as the last completed; the
+        // far address goes away after 50 of them, with the next one already posted.
+        while posted < N {
+            let w = wr(
+                posted as u64,
+                SendOp::WriteWithImm(posted as u32),
+                (&src, posted * SIZE, SIZE, ms.keys().lkey),
+                dst.addr() + posted * SIZE,
+                md.keys().rkey,
+            );
+            a.qp.post_send(&[w]).unwrap();
+            posted += 1;
+            if posted == 51 {
+                blackhole_far();
+                cut_at = Some(Instant::now());
+            }
+            let c = a.wait(1);
+            let failed = c[0].status != WcStatus::Success;
+            done.extend(statuses(&c));
+            if failed {
+                break;
+            }
+        }
+        let cut_at = cut_at.expect("cut");
+        // Post more on the failed queue pair: they flush at once.
+        for i in posted..posted + 3 {
+            let w = wr(
+                i as u64,
+                SendOp::Write,
+                (&src, 0, SIZE, ms.keys().lkey),
+                dst.addr(),
+                md.keys().rkey,
+            );
+            a.qp.post_send(&[w]).unwrap();
+        }
+        done.extend(statuses(&a.wait(3)));
+        let first_bad = done
+            .iter()
+            .position(|&(_, s)| s != WcStatus::Success)
+            .expect("a failure");
+        assert!(first_bad >= 50, "failed before the cut: {done:?}");
+        assert_eq!(done[first_bad].1, WcStatus::RetryExcErr, "{done:?}");
+        assert!(
+            done[first_bad + 1..]
+                .iter()
+                .all(|&(_, s)| s == WcStatus::WrFlushErr),
+            "{done:?}"
+        );
+        let ids: Vec<u64> = done.iter().map(|&(id, _)| id).collect();
+        assert_eq!(
+            ids,
+            (0..ids.len() as u64).collect::<Vec<_>>(),
+            "every WR exactly once, in order"
+        );
+        let dt = cut_at.elapsed();
+        assert!(
+            dt <= retry + Duration::from_secs(3),
+            "failed late: {dt:?} after the cut"
+        );
+        for i in 0..first_bad {
+            let lo = i * SIZE;
+            assert!(
+                dst.bytes()[lo..lo + SIZE] == src.bytes()[lo..lo + SIZE],
+                "WR {i}: bytes differ"
+            );
+        }
+        assert_eq!(a.qp.state(), QpState::Err);
+        assert!(
+            inline_stats().0 >= inline_before + 50,
+            "the sends did not go inline"
+        );
+    });
+    if r.is_none() {
+        eprintln!("a_link_cut_while_the_posting_thread_writes_inline_fails_cleanly: skipped");
     }
 }

@@ -43,6 +43,7 @@ pub(super) fn fabric(retry: Duration, seg: usize) -> SockFabric {
         rails: vec![lo()],
         retry_timeout: retry,
         segment_bytes: seg,
+        inline_bytes: 64 << 10,
         limits: Default::default(),
     })
     .unwrap()

@@ -1,0 +1,61 @@
+"""One markdown table from several nccl-tests runs per column.
+
+    compare_table.py NAME=LOG[,LOG...] NAME=LOG[,LOG...] ...
+
+Per size and column: the median out-of-place time over the column's logs (rounds) with its
+[min..max]; then, for every column that is not Socket, its speed against the better Socket column
+(`socket` or `tuned`, median time; > 1 means faster). #wrong is summed over every log.
+"""
+import statistics
+import sys
+
+
+def rows(path):
+    out, wrong = {}, 0
+    for line in open(path, errors="replace"):
+        f = line.split()
+        if len(f) >= 13 and f[0].isdigit() and f[2] in ("float", "half", "bfloat16", "double", "int32", "int8", "uint8"):
+            out[int(f[0])] = (float(f[5]), float(f[7]))
+            wrong += sum(int(w) for w in (f[8], f[12]) if w.isdigit())
+    return out, wrong
+
+
+def human(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+cols = []
+for arg in sys.argv[1:]:
+    name, logs = arg.split("=", 1)
+    runs = [rows(p) for p in logs.split(",") if p]
+    cols.append((name, [r for r, _ in runs], sum(w for _, w in runs)))
+sizes = sorted({s for _, runs, _ in cols for r in runs for s in r})
+med = {}
+for name, runs, _ in cols:
+    for s in sizes:
+        ts = [r[s][0] for r in runs if s in r]
+        med[name, s] = (statistics.median(ts), min(ts), max(ts)) if ts else None
+refs = [n for n, _, _ in cols if n in ("socket", "tuned")]
+others = [n for n, _, _ in cols if n not in refs]
+head = ["size"] + [f"{n} us" for n, _, _ in cols] + [f"{n} / best Socket" for n in others if refs]
+print("| " + " | ".join(head) + " |")
+print("|" + "---:|" * len(head))
+for s in sizes:
+    cells = [human(s)]
+    for n, _, _ in cols:
+        m = med[n, s]
+        cells.append("-" if m is None else f"{m[0]:.1f} [{m[1]:.1f}..{m[2]:.1f}]")
+    best = [med[n, s][0] for n in refs if med[n, s]]
+    for n in others:
+        if refs:
+            cells.append(f"{min(best) / med[n, s][0]:.2f}" if best and med[n, s] else "-")
+    print("| " + " | ".join(cells) + " |")
+print()
+print("rounds: " + ", ".join(f"{n} {len(runs)}" for n, runs, _ in cols)
+      + "; #wrong: " + ", ".join(f"{n} {w}" for n, _, w in cols))
+print("busbw at the largest size (GB/s, median): " + ", ".join(
+    f"{n} {statistics.median([r[sizes[-1]][1] for r in runs if sizes[-1] in r]):.2f}"
+    for n, runs, _ in cols if any(sizes[-1] in r for r in runs)))
