@@ -1,19 +1,38 @@
 //! The listener of a `sock` protection domain: one thread accepting streams on the rail's
 //! port, reading each stream's hello and handing the stream to the queue pair it names.
+//!
+//! Strangers cannot stall it: accepted streams wait for their hello in a bounded pending set,
+//! all read without blocking in one `poll` loop, each for at most [`HELLO_WAIT`]; a stream
+//! whose first bytes are not a hello is closed at once, and only the hello's own bytes are ever
+//! read (what follows belongs to the queue pair). When the set is full the stream that has
+//! waited longest is closed: a real peer sends its hello together with its connect, so it
+//! spends microseconds in the set, while silent strangers are the ones that linger.
 
 use super::domain::PdShared;
 use super::net;
-use super::wire::{Hello, HELLO_LEN};
+use super::wire::{Hello, HELLO_LEN, HELLO_MAGIC};
 use super::{spawn, Tunables};
 use crate::fabric::counters::{self, Counted, Held, Resource};
 use crate::fabric::{FabricError, Result};
-use std::io::Read;
+use std::io::{self, Read};
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long an accepted stream may take to send its hello.
+pub const HELLO_WAIT: Duration = Duration::from_secs(2);
+/// Streams waiting for their hello, per listener, at most.
+pub const MAX_PENDING: usize = 128;
+
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Process-wide: accepted streams still waiting for their hello.
+pub fn pending_hellos() -> usize {
+    PENDING.load(Ordering::SeqCst)
+}
 
 /// Owns the listener thread; alive while the PD handle or any of its queue pairs is.
 pub struct PdCore {
@@ -50,6 +69,8 @@ impl PdCore {
             .try_clone()
             .map(counters::socket)
             .map_err(|e| FabricError::io("sock: clone listener", e))?;
+        l2.set_nonblocking(true)
+            .map_err(|e| FabricError::io("sock: listener non-blocking", e))?;
         let (sh, st) = (shared.clone(), stop.clone());
         let thread = spawn(format!("sock-lsn-{}", shared.id), move || {
             listen_loop(l2, sh, st)
@@ -64,50 +85,184 @@ impl PdCore {
     }
 }
 
-fn listen_loop(l: Counted<TcpListener>, pd: Arc<PdShared>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
-        // Poll so a missed shutdown wake-up still ends the loop.
-        match net::poll_one(l.as_raw_fd(), libc::POLLIN, 200) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(_) => {
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
+/// An accepted stream whose hello has not fully arrived.
+struct Pending {
+    s: Counted<TcpStream>,
+    hello: [u8; HELLO_LEN],
+    got: usize,
+    deadline: Instant,
+}
+
+/// The pending set, counted in [`pending_hellos`].
+#[derive(Default)]
+struct PendingSet(Vec<Pending>);
+
+impl PendingSet {
+    fn push(&mut self, p: Pending) {
+        if self.0.len() >= MAX_PENDING {
+            // Full: the one waiting longest goes (the set is in arrival order).
+            self.remove(0);
+        }
+        self.0.push(p);
+        PENDING.fetch_add(1, Ordering::SeqCst);
+    }
+    fn remove(&mut self, i: usize) -> Pending {
+        PENDING.fetch_sub(1, Ordering::SeqCst);
+        self.0.remove(i)
+    }
+}
+
+impl Drop for PendingSet {
+    fn drop(&mut self) {
+        PENDING.fetch_sub(self.0.len(), Ordering::SeqCst);
+    }
+}
+
+/// What reading a pending stream came to.
+enum HelloRead {
+    /// More bytes of the hello are still to come.
+    Waiting,
+    /// The hello is complete.
+    Done,
+    /// Closed, failed, or not a hello: drop the stream.
+    Drop,
+}
+
+fn read_hello(p: &mut Pending) -> HelloRead {
+    loop {
+        match p.s.read(&mut p.hello[p.got..]) {
+            Ok(0) => return HelloRead::Drop,
+            Ok(n) => {
+                p.got += n;
+                if p.got == HELLO_LEN {
+                    return HelloRead::Done;
+                }
+                // The magic comes first: a stream that does not start with it is no peer.
+                let m = p.got.min(8);
+                if p.hello[..m] != HELLO_MAGIC.to_le_bytes()[..m] {
+                    return HelloRead::Drop;
+                }
             }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return HelloRead::Waiting,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return HelloRead::Drop,
+        }
+    }
+}
+
+fn listen_loop(l: Counted<TcpListener>, pd: Arc<PdShared>, stop: Arc<AtomicBool>) {
+    let mut pending = PendingSet::default();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        // Expired waits go first.
+        let mut i = 0;
+        while i < pending.0.len() {
+            if pending.0[i].deadline <= now {
+                drop(pending.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        fds.clear();
+        fds.push(libc::pollfd {
+            fd: l.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        fds.extend(pending.0.iter().map(|p| libc::pollfd {
+            fd: p.s.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        // Poll at most 200 ms, so a missed shutdown wake-up still ends the loop.
+        let wait = pending
+            .0
+            .iter()
+            .map(|p| p.deadline.saturating_duration_since(now))
+            .min()
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_millis(200));
+        let ms = wait.as_millis().clamp(1, 200) as libc::c_int;
+        if net::poll_many(&mut fds, ms).is_err() {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
         }
         if stop.load(Ordering::SeqCst) {
             break;
         }
+        // Pending streams with something to read (before new ones shift the indices).
+        let ready: Vec<bool> = fds[1..].iter().map(|f| f.revents != 0).collect();
+        let mut done = Vec::new();
+        let mut i = 0;
+        for r in ready {
+            if r {
+                match read_hello(&mut pending.0[i]) {
+                    HelloRead::Waiting => {}
+                    HelloRead::Done => {
+                        done.push(pending.remove(i));
+                        continue;
+                    }
+                    HelloRead::Drop => {
+                        drop(pending.remove(i));
+                        continue;
+                    }
+                }
+            }
+            i += 1;
+        }
+        for p in done {
+            hand_over(p, &pd);
+        }
+        if fds[0].revents != 0 {
+            accept_all(&l, &mut pending);
+        }
+    }
+}
+
+/// Accept every stream waiting in the backlog into the pending set.
+fn accept_all(l: &TcpListener, pending: &mut PendingSet) {
+    loop {
         match l.accept() {
-            Ok((s, _)) => hand_over(counters::socket(s), &pd),
+            Ok((s, _)) => {
+                let s = counters::socket(s);
+                if s.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                pending.push(Pending {
+                    s,
+                    hello: [0; HELLO_LEN],
+                    got: 0,
+                    deadline: Instant::now() + HELLO_WAIT,
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 tracing::debug!("sock: accept: {e}");
                 // EMFILE and friends: do not spin.
                 std::thread::sleep(Duration::from_millis(10));
+                return;
             }
         }
     }
 }
 
-/// Read the hello and give the stream to its queue pair, or drop (close) it.
-fn hand_over(mut s: Counted<TcpStream>, pd: &PdShared) {
-    let mut b = [0u8; HELLO_LEN];
-    let ok = s.set_nonblocking(false).is_ok()
-        && s.set_read_timeout(Some(Duration::from_secs(1))).is_ok()
-        && s.read_exact(&mut b).is_ok();
-    if !ok {
-        return;
-    }
-    let hello = match Hello::decode(&b) {
+/// Give a stream whose hello arrived to the queue pair it names, or drop (close) it.
+fn hand_over(p: Pending, pd: &PdShared) {
+    let hello = match Hello::decode(&p.hello) {
         Ok(h) => h,
         Err(e) => {
             tracing::debug!("sock: bad hello: {e}");
             return;
         }
     };
+    if p.s.set_nonblocking(false).is_err() {
+        return;
+    }
     match pd.qp(hello.target_qpn) {
         Some(qp) => {
-            if !qp.attach_inbound(s, &hello) {
+            if !qp.attach_inbound(p.s, &hello) {
                 tracing::debug!("sock: stream for qp {} refused", hello.target_qpn);
             }
         }

@@ -93,6 +93,7 @@ pub mod wire;
 pub(crate) mod tests;
 
 pub use cq::{pause_polling, reset_stats as reset_cq_stats, stats as cq_stats, CqStats};
+pub use listener::pending_hellos;
 pub use qp::inline_stats;
 
 use crate::fabric::{

@@ -8,6 +8,7 @@ mod errors;
 mod lifecycle;
 mod liveness;
 mod rogue;
+mod strangers;
 
 use super::wire::{Header, Hello, Op};
 use super::*;
