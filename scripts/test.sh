@@ -10,6 +10,8 @@ else echo "test: cargo fmt not installed, format check skipped"; fi
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --locked --workspace --all-targets -- -D warnings
 else echo "test: cargo clippy not installed, lint skipped"; fi
+# The code's shape: no import circles inside a crate, no source file over 600 lines but tables.
+python3 scripts/check-modules.py
 cargo build --locked --workspace
 cargo test --locked --workspace -- --test-threads=2
 bash scripts/build.sh
