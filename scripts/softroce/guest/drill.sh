@@ -2,8 +2,9 @@
 # Failover drills on real kernel verbs (run inside the Soft-RoCE guest by drill-verbs.sh): for
 # each MODE ("down far", "down near", "blackhole far"), a verified stream through the plugin
 # between side A (rxe0a, rxe1a) and side B (rxe0b, rxe1b), primary on rail A, standby on rail B;
-# rail A is broken mid-stream and repaired later. Prints each stream's verdict and the failover
-# lines, then `N passed, M failed`. With DRILL_OUT set (a folder on the job share), each drill
+# rail A is broken mid-stream and repaired later; once repaired, re-armed and healthy for
+# HA_NCCL_RETURN_HOLD_MS (3 s here), traffic must return home to rail A with a planned switch.
+# Prints each stream's verdict, the failover and return lines, then `N passed, M failed`. With DRILL_OUT set (a folder on the job share), each drill
 # leaves there, in <n>-<mode>/, what its timeline is drawn from: the stats file (periodic lines
 # every 200 ms and events), the stream's JSON, the break/repair events and the NCCL log.
 set -u
@@ -13,7 +14,8 @@ MODE=$1
 n=$((n + 1))
 cd "$(dirname "$0")/../../.."
 export HA_NCCL_FABRIC=verbs HA_NCCL_QP_TIMEOUT=14 HA_NCCL_QP_RETRY_CNT=6 HA_NCCL_RTO_MS=3000 \
-       NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO HA_NCCL_REARM_HOLD_MS=1000 HA_NCCL_HEARTBEAT_MS=200
+       NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO HA_NCCL_REARM_HOLD_MS=1000 HA_NCCL_HEARTBEAT_MS=200 \
+       HA_NCCL_RETURN_HOLD_MS=3000
 A0=${SOFTROCE_A0%% *}; B0=${SOFTROCE_B0%% *}; A1=${SOFTROCE_A1%% *}; B1=${SOFTROCE_B1%% *}
 log=/tmp/drill.log
 # Written on the guest's tmpfs (two processes append to the stats file: not over 9p), copied
@@ -39,8 +41,11 @@ act restore "repair rail A" $SOFTROCE_LINK A up
 wait $pid; rc=$?
 cp $log "$o/nccl.log"
 if [ -n "${DRILL_OUT:-}" ]; then mkdir -p "$DRILL_OUT/$n-${MODE// /-}" && cp "$o"/* "$DRILL_OUT/$n-${MODE// /-}/"; fi
-grep -E "NET/HA : failover|re-armed|connection lost|^messages|FAIL|error" $log | sed 's/^HA NET //' | head -20
+grep -E "NET/HA : failover|NET/HA : return|re-armed|connection lost|^messages|FAIL|error" $log | sed 's/^HA NET //' | head -20
 grep -q "lost 0, duplicated 0, corrupted 0, errors 0" $log && grep -q "NET/HA : failover" $log || rc=1
+# Back home after the repair: a planned switch onto path 0 (rail A), no replay.
+grep -q "NET/HA : return .*-> path 0 .*planned (back home, healthy again), replayed 0" $log ||
+  { echo "drill ($MODE): no return home to rail A after the repair"; rc=1; }
 echo "drill ($MODE): stream exit $rc"
 return $rc
 }
