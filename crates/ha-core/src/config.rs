@@ -185,6 +185,14 @@ pub const RTO_MS: Param = Param {
     range: Some((100, u64::MAX)),
 };
 
+pub const RTO_ADAPTIVE: Param = Param {
+    name: "HA_NCCL_RTO_ADAPTIVE",
+    kind: Kind::Bool,
+    default: "1",
+    doc: "Adaptive soft timeout: a soft-timeout failover whose old path proves healthy at its first re-arm attempt (a false alarm: the path was only slow) doubles this connection's `HA_NCCL_RTO_MS`, up to 8x; each 120 s without a false alarm halves it again, down to the configured value. One INFO line per change. 0 = always `HA_NCCL_RTO_MS`.",
+    range: None,
+};
+
 pub const HEARTBEAT_MS: Param = Param {
     name: "HA_NCCL_HEARTBEAT_MS",
     kind: Kind::Millis,
@@ -326,6 +334,7 @@ pub const PARAMS: &[Param] = &[
     ENABLE_BACKUP,
     STANDBY_MAP,
     RTO_MS,
+    RTO_ADAPTIVE,
     HEARTBEAT_MS,
     FAILBACK,
     REARM_HOLD_MS,
@@ -383,6 +392,8 @@ pub struct Config {
     pub rearm_backoff_max: Duration,
     /// `HA_NCCL_RETURN_HOME`.
     pub return_home: bool,
+    /// `HA_NCCL_RTO_ADAPTIVE`.
+    pub rto_adaptive: bool,
     /// `HA_NCCL_RETURN_HOLD_MS`.
     pub return_hold: Duration,
     /// `HA_NCCL_RETURN_HOLD_MAX_MS`.
@@ -500,6 +511,7 @@ impl Config {
                 &text(&REARM_BACKOFF_MAX_MS),
             )?),
             return_home: parse_bool(&RETURN_HOME, &text(&RETURN_HOME))?,
+            rto_adaptive: parse_bool(&RTO_ADAPTIVE, &text(&RTO_ADAPTIVE))?,
             return_hold: Duration::from_millis(parse_number(
                 &RETURN_HOLD_MS,
                 &text(&RETURN_HOLD_MS),
@@ -1078,6 +1090,7 @@ mod tests {
             ("HA_NCCL_REARM_HOLD_MS", "23"),
             ("HA_NCCL_REARM_BACKOFF_MAX_MS", "37"),
             ("HA_NCCL_RETURN_HOME", "0"),
+            ("HA_NCCL_RTO_ADAPTIVE", "0"),
             ("HA_NCCL_RETURN_HOLD_MS", "41"),
             ("HA_NCCL_RETURN_HOLD_MAX_MS", "43"),
             ("HA_NCCL_DRAIN_FILE", "/tmp/d"),
@@ -1111,6 +1124,7 @@ mod tests {
             rearm_hold,
             rearm_backoff_max,
             return_home,
+            rto_adaptive,
             return_hold,
             return_hold_max,
             drain_file,
@@ -1137,6 +1151,7 @@ mod tests {
         assert_eq!(rearm_hold, Duration::from_millis(23));
         assert_eq!(rearm_backoff_max, Duration::from_millis(37));
         assert!(!return_home);
+        assert!(!rto_adaptive);
         assert_eq!(return_hold, Duration::from_millis(41));
         assert_eq!(return_hold_max, Duration::from_millis(43));
         assert_eq!(drain_file, "/tmp/d");
@@ -1145,7 +1160,7 @@ mod tests {
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
         assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
         assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
-        assert_eq!(PARAMS.len(), 28, "one PARAMS row per Config field");
+        assert_eq!(PARAMS.len(), 29, "one PARAMS row per Config field");
     }
 
     #[test]

@@ -16,5 +16,6 @@ pub mod handle;
 pub mod handshake;
 pub mod rc;
 pub mod recovery;
+pub mod rto;
 pub mod status;
 pub mod wire;

@@ -185,6 +185,7 @@ fn build() -> ApiResult<Plugin> {
         home: HomeCfg {
             rearm_backoff_max: cfg.rearm_backoff_max,
             return_home: cfg.return_home,
+            rto_adaptive: cfg.rto_adaptive,
             return_hold: cfg.return_hold,
             return_hold_max: cfg.return_hold_max,
             drain: (!cfg.drain_file.is_empty())

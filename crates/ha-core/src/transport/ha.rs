@@ -40,6 +40,8 @@ pub struct HomeCfg {
     pub return_hold_max: Duration,
     /// The drain list (`HA_NCCL_DRAIN_FILE`; `None`: no drain control).
     pub drain: Option<Arc<DrainList>>,
+    /// The soft timeout widens after false alarms (`HA_NCCL_RTO_ADAPTIVE`).
+    pub rto_adaptive: bool,
 }
 
 impl Default for HomeCfg {
@@ -51,6 +53,7 @@ impl Default for HomeCfg {
             return_hold: Duration::from_secs(5),
             return_hold_max: Duration::from_secs(300),
             drain: None,
+            rto_adaptive: true,
         }
     }
 }

@@ -27,6 +27,7 @@ use ha_proto::data::layout::{
 };
 use ha_proto::data::ProtoError;
 use ha_proto::recovery::{Backoff, ReturnHold};
+use ha_proto::rto::AdaptiveRto;
 use ha_proto::status::StatusClass;
 use std::time::Instant;
 
@@ -127,6 +128,11 @@ pub struct Link {
     ret: ReturnHold,
     /// The schedule of re-arm attempts of the failed path.
     backoff: Backoff,
+    /// The soft timeout in force (`HA_NCCL_RTO_MS`, widened after false alarms).
+    rto: AdaptiveRto,
+    /// The path traffic last left on a soft timeout, until it is re-armed (or lost for good):
+    /// if it re-arms at the first attempt, that failover was a false alarm.
+    soft_lost: Option<usize>,
     /// What the drain lists say of this connection's paths.
     drain: placement::DrainView,
     /// Sender: the failed path's port was seen down (its coming back restarts the backoff).
@@ -183,6 +189,7 @@ impl Link {
         let n = parts.paths.len();
         let ret = ReturnHold::new(parts.cfg.home.return_hold, parts.cfg.home.return_hold_max);
         let backoff = Backoff::new(parts.cfg.rearm_hold, parts.cfg.home.rearm_backoff_max);
+        let rto = AdaptiveRto::new(parts.cfg.rto, parts.cfg.home.rto_adaptive);
         if parts.paths.len() == 1 {
             tracing::info!("NET/HA : {name}: one path (no standby)");
         }
@@ -227,6 +234,8 @@ impl Link {
             verified_at: vec![None; n],
             ret,
             backoff,
+            rto,
+            soft_lost: None,
             drain: placement::DrainView::default(),
             rearm_port_down: false,
             plan_retry_at: None,

@@ -109,6 +109,26 @@ impl Link {
             "NET/HA : {}: path {i} re-armed as the standby (verified){after}",
             self.name
         );
+        if self.soft_lost == Some(i) {
+            self.soft_lost = None;
+            // Left on a soft timeout and healthy again at the first attempt: the path was only
+            // slow, the timeout too short for it.
+            if attempts <= 1 {
+                if let Some(c) = self.rto.false_alarm(Instant::now()) {
+                    tracing::info!(
+                        "NET/HA : {}: soft timeout raised to {:?} from {:?}: path {i}, left on a soft timeout, re-armed at the first attempt (a false alarm; HA_NCCL_RTO_ADAPTIVE)",
+                        self.name,
+                        c.to,
+                        c.from
+                    );
+                }
+            }
+        }
+    }
+
+    /// The soft timeout in force (`HA_NCCL_RTO_MS`, widened after false alarms).
+    pub fn soft_timeout(&self) -> std::time::Duration {
+        self.rto.current()
     }
 
     /// The re-arm in progress: (path, attempt).

@@ -75,6 +75,15 @@ impl Link {
                 self.name
             );
         }
+        if let Some(c) = self.rto.tick(now) {
+            tracing::info!(
+                "NET/HA : {}: soft timeout back to {:?} from {:?}: no false alarm for {:?} (HA_NCCL_RTO_ADAPTIVE)",
+                self.name,
+                c.to,
+                c.from,
+                ha_proto::rto::QUIET
+            );
+        }
         let ev = match &self.phase {
             Phase::Dead => return Event::Nothing,
             Phase::Failing(f) => {
@@ -116,11 +125,20 @@ impl Link {
             return self.soft_failover(a, cause, false);
         }
         if !self.backlog && self.stalled(a, now) {
-            let cause = format!("no completion for {:?} (HA_NCCL_RTO_MS)", self.cfg.rto);
+            let rto = self.rto.current();
+            let cause = if self.rto.adapted() {
+                format!("no completion for {rto:?} (HA_NCCL_RTO_MS, widened after false alarms)")
+            } else {
+                format!("no completion for {rto:?} (HA_NCCL_RTO_MS)")
+            };
             if self.path(a).qp.link_alive() == Some(true) {
                 // The link answers below the peer's threads: the peer is slow or stopped, and a
                 // standby to the same peer would not cure that (it would only cost redundancy).
                 return self.wait_noted(a, format!("{cause}, the link answers"));
+            }
+            if self.move_target(a, true).is_some() {
+                // If this path re-arms at the first attempt, this was a false alarm.
+                self.soft_lost = Some(a);
             }
             return self.soft_failover(a, cause, true);
         }
@@ -132,7 +150,7 @@ impl Link {
     fn stalled(&self, i: usize, now: Instant) -> bool {
         self.path(i)
             .oldest_outstanding()
-            .is_some_and(|t| self.clock.elapsed(t, now) > self.cfg.rto)
+            .is_some_and(|t| self.clock.elapsed(t, now) > self.rto.current())
     }
 
     /// The path traffic could move to from `from`: usable, port up, and (for a soft timeout,

@@ -228,3 +228,46 @@ fn a_standby_port_event_loses_the_standby_and_its_return_rearms_it() {
     assert_eq!(p.send.stats().failovers, 0);
     assert_eq!(p.send.link.active, 0);
 }
+
+/// Adaptive soft timeout: the primary stalls (its completions held, the link state hidden as on
+/// verbs) past the soft timeout, traffic moves to the standby, and the primary re-arms at the
+/// first attempt — a false alarm: the sender's soft timeout doubles. With
+/// `HA_NCCL_RTO_ADAPTIVE=0` the same run leaves it at the configured value.
+fn soft_failover_then_rearm(adaptive: bool) -> Duration {
+    let mut c = cfg();
+    c.home.rto_adaptive = adaptive;
+    c.home.return_home = false;
+    let mut p = Pair::new(c);
+    p.ctl.hide_link_state();
+    let mut flow = Flow::new(&p, 8, 64 << 10);
+    flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    assert_eq!(p.send.link.soft_timeout(), cfg().rto);
+    p.ctl.hold(p.qpn(true, 0));
+    outstanding_on_primary(&mut p, &mut flow);
+    pump_until(
+        &mut p,
+        &mut flow,
+        Duration::from_secs(10),
+        "soft failover",
+        |p| is_failing(&p.send.link.phase) || p.send.link.active == 1,
+    );
+    p.ctl.release(p.qpn(true, 0));
+    pump_until(&mut p, &mut flow, Duration::from_secs(20), "re-arm", |p| {
+        p.send.stats().rearms == 1 && p.send.link.active == 1
+    });
+    flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    assert_eq!(p.send.stats().failovers, 1);
+    p.send.link.soft_timeout()
+}
+
+#[test]
+fn a_soft_failover_whose_path_rearms_at_once_widens_the_soft_timeout() {
+    let _l = TEST_LOCK.read();
+    assert_eq!(soft_failover_then_rearm(true), cfg().rto * 2);
+}
+
+#[test]
+fn without_rto_adaptive_the_soft_timeout_stays_as_configured() {
+    let _l = TEST_LOCK.read();
+    assert_eq!(soft_failover_then_rearm(false), cfg().rto);
+}
