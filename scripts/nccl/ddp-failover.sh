@@ -10,7 +10,9 @@
 # Prints rank 0's final line (loss + weights checksum), the failover WARN lines and stats, and
 # draws the run's timeline (`ha-harness timeline`) as OUT_DIR/<tag>-timeline.png and .svg from
 # both ranks' stats files (periodic lines every STATS_MS, default 500), the cuts and the logs.
-# Needs dist/libnccl-net-ha.so and dist/ha-harness, 2 GPUs, root, iproute2 (`ip` on PATH).
+# Needs dist/libnccl-net-ha.so and dist/ha-harness, root, iproute2 (`ip` on PATH), and 2 GPUs —
+# or one: HA_RANK_GPUS="0 0" puts both ranks on GPU 0 (each rank is its own NCCL host through
+# NCCL_HOSTID; start MPS first, or every step waits for a GPU time slice).
 set -euo pipefail
 # These GPU-machine scripts name the namespaces ha-a/ha-b (one run per machine at a time):
 # rails.sh needs the prefix said explicitly.
@@ -30,17 +32,19 @@ act() { # act EVENT LABEL COMMAND...
 }
 rm -f "$out"/stats-"$tag"-rank*.json
 "$pair" up >/dev/null
+gpus=(${HA_RANK_GPUS:-0 1})
 rank() {  # rank side gpu
   local envs; envs=$("$pair" env "$2")
   ip netns exec "ha-$2" env $envs RANK="$1" LOCAL_RANK=0 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES="$3" \
+    NCCL_HOSTID="ha-ddp-rank$1" \
     MASTER_ADDR=10.88.9.1 MASTER_PORT=29511 \
     LD_LIBRARY_PATH="$here/dist" NCCL_NET_PLUGIN=ha NCCL_NET=HA NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
     NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
     HA_NCCL_STATS_FILE="$out/stats-$tag-rank$1.json" HA_NCCL_STATS_INTERVAL_MS="${STATS_MS:-500}" CUBLAS_WORKSPACE_CONFIG=:4096:8 \
     python3 "$here/scripts/nccl/ddp_train.py" > "$out/$tag-rank$1.log" 2>&1
 }
-rank 0 a 0 & p0=$!
-rank 1 b 1 & p1=$!
+rank 0 a "${gpus[0]}" & p0=$!
+rank 1 b "${gpus[1]}" & p1=$!
 wait_for() {  # pattern file pid
   until grep -q "$1" "$2" 2>/dev/null; do kill -0 "$3" 2>/dev/null || return 1; sleep 0.05; done
 }
