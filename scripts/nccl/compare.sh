@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run nccl-tests all_reduce_perf through the HA plugin and through NCCL's own Socket transport,
-# the GPUs forced onto the network path, and print both busbw columns side by side.
+# default and tuned (NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4), the GPUs forced onto the
+# network path, and print the three side by side (scripts/nccl/compare_table.py).
 #
 #   scripts/nccl/compare.sh NCCL_TESTS_BUILD_DIR [OUT_DIR]
 #
@@ -8,7 +9,8 @@
 # COMPARE_MODE=2proc: two ranks in two network namespaces (scripts/nccl/mpi-netns.sh; the build
 #   dir must be an MPI=1 build): the plugin on the two `sock` rails, NCCL Socket on the
 #   out-of-band veth pair (same kind of link).
-# COMPARE_ONLY=ha|socket runs one side (the table needs both logs in OUT_DIR).
+# COMPARE_ONLY=ha|socket|tuned runs one side (the table uses whichever logs are in OUT_DIR).
+# One GPU only: scripts/nccl/compare-1gpu.sh (two ranks share it).
 # PLUGIN_DIR: the folder holding libnccl-net-ha.so (default dist/).
 # Needs dist/libnccl-net-ha.so (scripts/build.sh). Extra all_reduce_perf flags: $PERF_ARGS
 # (default "-b 8 -e 1G -f 4 -c 1" plus -g 2 or -g 1).
@@ -27,16 +29,26 @@ case "$mode" in
 esac
 ha_log="$out/allreduce-$mode-ha.log"
 so_log="$out/allreduce-$mode-socket.log"
+tu_log="$out/allreduce-$mode-socket-tuned.log"
 if [ "$only" != socket ]; then
   echo "== HA plugin (sock fabric), $mode"
   env "${common[@]}" LD_LIBRARY_PATH="${PLUGIN_DIR:-$here/dist}:${LD_LIBRARY_PATH:-}" NCCL_NET_PLUGIN=ha NCCL_NET=HA \
     HA_NCCL_FABRIC=sock "${launch[@]}" "$bin/all_reduce_perf" $args > "$ha_log" 2>&1 || { tail -30 "$ha_log"; exit 1; }
   grep -hE "Using network|Loaded net plugin" "$ha_log" | sed 's/^[^ ]* [^ ]* //' | sort -u | head -5
 fi
-if [ "$only" != ha ]; then
+if [ "$only" = both ] || [ "$only" = socket ]; then
   echo "== NCCL Socket, $mode"
   env "${common[@]}" NCCL_NET=Socket "${launch[@]}" "$bin/all_reduce_perf" $args > "$so_log" 2>&1 || { tail -30 "$so_log"; exit 1; }
   grep -hE "Using network" "$so_log" | sed 's/^[^ ]* [^ ]* //' | sort -u | head -2
 fi
-[ -f "$ha_log" ] && [ -f "$so_log" ] && python3 "$here/scripts/nccl/perf_table.py" "$ha_log" "$so_log"
+if [ "$only" = both ] || [ "$only" = tuned ]; then
+  echo "== NCCL Socket tuned (4 threads x 4 sockets), $mode"
+  env "${common[@]}" NCCL_NET=Socket NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4 "${launch[@]}" \
+    "$bin/all_reduce_perf" $args > "$tu_log" 2>&1 || { tail -30 "$tu_log"; exit 1; }
+fi
+cols=()
+[ -f "$ha_log" ] && cols+=("ha=$ha_log")
+[ -f "$so_log" ] && cols+=("socket=$so_log")
+[ -f "$tu_log" ] && cols+=("tuned=$tu_log")
+[ "${#cols[@]}" -gt 0 ] && python3 "$here/scripts/nccl/compare_table.py" "${cols[@]}"
 exit 0
