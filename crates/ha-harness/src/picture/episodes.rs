@@ -234,6 +234,7 @@ pub fn build(records: &[Record], stream: Option<&Stream>, t0: f64) -> Episodes {
         "failover",
         "standby_lost",
         "rearmed",
+        "lost",
     ];
     let mut others: Vec<&str> = records
         .iter()

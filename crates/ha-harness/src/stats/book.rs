@@ -192,6 +192,9 @@ fn apply(c: &mut Conn, r: &Record) {
                 replayed: r.u64("replayed"),
             });
         }
+        "lost" => {
+            c.phase = "dead".into();
+        }
         "standby_lost" => {
             c.standby_lost += 1;
             c.standby = "lost".into();

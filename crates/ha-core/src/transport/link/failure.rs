@@ -98,6 +98,8 @@ impl Link {
     fn die(&mut self, status: WcStatus, why: String) -> Event {
         self.phase = Phase::Dead;
         tracing::warn!("NET/HA : {}: {why}: connection lost", self.name);
+        self.publish();
+        self.stats.lost(&why);
         Event::Fatal(ProtoError::Failed {
             status,
             what: if self.paths.len() > 1 {
@@ -121,6 +123,9 @@ impl Link {
             "NET/HA : {}: path {i}: {why}: a protection, access, length or invalid-request error is not a link failure, so it is not failed over (a replay on the standby would fail the same way): connection lost",
             self.name
         );
+        self.publish();
+        self.stats
+            .lost(&format!("path {i}: {why} (not a link failure)"));
         Event::Fatal(ProtoError::Failed {
             status,
             what: "a request of the connection (not a link failure: not replayed on the standby)",

@@ -351,6 +351,12 @@ impl ConnStats {
         );
     }
 
+    /// The connection is lost (`cause`): written at that moment, so the stats file says so even
+    /// when the process ends without closing the connection (the job aborting on the error).
+    pub fn lost(&self, cause: &str) {
+        self.event("lost", &[("phase", "dead".into()), ("cause", cause.into())]);
+    }
+
     /// Path `path` is back as the standby (re-armed and verified).
     pub fn rearmed(&self, path: usize) {
         self.rearms.inc();

@@ -65,3 +65,24 @@ fn periodic_lines_while_registered_then_the_closing_line_last_and_no_thread() {
         assert!(!running());
     }
 }
+
+/// A connection that dies says so at once, in an event line of its own with the phase and the
+/// cause, so the stats file tells it even when the process then exits without closing.
+#[test]
+fn a_lost_connection_writes_its_line_at_once() {
+    let file = std::env::temp_dir().join(format!("ha-stats-lost-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let f = file.to_string_lossy().into_owned();
+    let a = LiveStats::new(ConnStats::new("recv", "a".into(), vec!["d0".into()], &f));
+    a.lost("path 0 failed (probe completed with RetryExcErr) and no other path is usable");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("{\"event\":\"lost\""))
+        .unwrap_or_else(|| panic!("no lost line in {text}"));
+    assert!(line.contains(&format!("\"conn\":{},", a.id)), "{line}");
+    assert!(line.contains("\"phase\":\"dead\""), "{line}");
+    assert!(line.contains("\"cause\":\"path 0 failed (probe completed with RetryExcErr) and no other path is usable\""), "{line}");
+    drop(a);
+    let _ = std::fs::remove_file(&file);
+}
