@@ -22,6 +22,9 @@
 //!   windows on a number of connections (`HA_BUDGET_VERBS_COMMS`, default 16) within the
 //!   budget.
 
+mod common;
+
+use common::{eventually, until_token, wait_done};
 use ha_core::api::log::{ensure_subscriber, install, Level, LogSink};
 use ha_core::api::ops::{self, RecvBuf};
 use ha_core::fabric::counters;
@@ -44,29 +47,6 @@ struct Capture(Mutex<Vec<String>>);
 impl LogSink for Capture {
     fn log(&self, level: Level, _init: bool, _file: &str, _line: u32, msg: &str) {
         self.0.lock().push(format!("{} {msg}", level.as_str()));
-    }
-}
-
-fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    f()
-}
-
-fn until_token(what: &str, mut f: impl FnMut() -> u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let t = f();
-        if t != 0 {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "{what} kept answering try-later");
-        std::thread::yield_now();
     }
 }
 
@@ -177,29 +157,15 @@ fn post_windows(pairs: &mut [Pair], seed: usize) -> Vec<(Vec<u64>, Vec<u64>)> {
     reqs
 }
 
-fn wait(req: u64) -> Vec<u64> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(sizes) = ops::test(req).expect("test") {
-            return sizes;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "request {req:#x} did not complete"
-        );
-        std::thread::yield_now();
-    }
-}
-
 /// A full window on every pair, completed and checked byte for byte.
 fn full_windows(pairs: &mut [Pair], seed: usize) {
     let reqs = post_windows(pairs, seed);
     for (p, (sends, recvs)) in reqs.iter().enumerate() {
         for &s in sends {
-            assert_eq!(wait(s), vec![MSG as u64]);
+            assert_eq!(wait_done(s), vec![MSG as u64]);
         }
         for &r in recvs {
-            assert_eq!(wait(r), vec![MSG as u64; PER_SLOT]);
+            assert_eq!(wait_done(r), vec![MSG as u64; PER_SLOT]);
         }
         assert!(
             pairs[p].rbuf == pairs[p].sbuf,

@@ -2,6 +2,7 @@
 //! once (two registrations for a connection with a standby). One test per binary: the policy
 //! is read once per process.
 
+mod common;
 mod mr_policy;
 
 #[test]

@@ -1,6 +1,7 @@
 //! `HA_NCCL_MR_POLICY=lazy` (the default): `regMr` registers on the primary's device only; the
 //! standby's registration waits for the first failover that needs it. One test per binary.
 
+mod common;
 mod mr_policy;
 
 #[test]

@@ -5,6 +5,9 @@
 //! process's socket descriptors and plugin threads as the kernel sees them. The stats lines
 //! written at close carry the counters. One test per binary: nothing else runs here.
 
+mod common;
+
+use common::{eventually, until_token, wait_done};
 use ha_core::api::ops::{self, RecvBuf};
 use ha_core::fabric::counters::{self, Resource, Resources};
 use std::time::{Duration, Instant};
@@ -30,45 +33,6 @@ fn plugin_threads() -> usize {
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
         .filter(|n| n.starts_with("ha-") || n.starts_with("sock-"))
         .count()
-}
-
-/// Poll `f` until it holds or `secs` pass; the last value of `f` decides.
-fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    f()
-}
-
-/// Retry a call answering 0 ("try later") until it gives a token.
-fn until_token(what: &str, mut f: impl FnMut() -> u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let t = f();
-        if t != 0 {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "{what} kept answering try-later");
-        std::thread::yield_now();
-    }
-}
-
-fn wait_done(req: u64) -> Vec<u64> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(sizes) = ops::test(req).expect("test") {
-            return sizes;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "request {req:#x} did not complete"
-        );
-        std::thread::yield_now();
-    }
 }
 
 /// `BATCH` connected (send, recv) pairs, listening on device 0 and connecting from it.

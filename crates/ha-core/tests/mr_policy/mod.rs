@@ -1,6 +1,7 @@
 //! What the MR-policy tests share: one connected pair on two loopback rails (a primary and a
 //! standby path per connection), a registration, and the live registration count.
 
+use super::common::{until_token, wait_done};
 use ha_core::api::ops::{self, RecvBuf};
 use ha_core::fabric::counters;
 use std::time::{Duration, Instant};
@@ -18,32 +19,6 @@ pub fn init(policy: &str) {
     }
     ops::init().expect("init");
     assert_eq!(ops::devices().unwrap(), 2, "two rails");
-}
-
-fn until_token(what: &str, mut f: impl FnMut() -> u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let t = f();
-        if t != 0 {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "{what} kept answering try-later");
-        std::thread::yield_now();
-    }
-}
-
-fn wait_done(req: u64) -> Vec<u64> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(sizes) = ops::test(req).expect("test") {
-            return sizes;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "request {req:#x} did not complete"
-        );
-        std::thread::yield_now();
-    }
 }
 
 /// Registrations one `regMr` of host memory on a connection with a standby adds at once, and
