@@ -121,8 +121,8 @@ pub struct SockConfig {
     pub retry_timeout: Duration,
     /// Largest payload per frame (1 ..= [`wire::MAX_SEGMENT_BYTES`]).
     pub segment_bytes: usize,
-    /// Sends of at most this many payload bytes are written by the posting thread itself
-    /// when the stream is free (0: never).
+    /// A post ending a message (a WRITE_WITH_IMM) with at most this many payload bytes is
+    /// written by the posting thread itself when the stream is free (0: never).
     pub inline_bytes: usize,
     /// Device limits to emulate on every rail (default: none).
     pub limits: DeviceLimits,

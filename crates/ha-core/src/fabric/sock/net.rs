@@ -302,10 +302,21 @@ pub fn connect_from(
     Ok(TcpStream::from(fd))
 }
 
-/// Send every byte described by `iovs` (which is consumed/adjusted in place).
+/// Send every byte described by `iovs` (which is consumed/adjusted in place), blocking until
+/// the socket took them all.
+pub fn sendmsg_all(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
+    sendmsg_loop(fd, iovs, libc::MSG_NOSIGNAL)
+}
+
 /// Write what the socket takes now, without blocking: the iovecs are advanced past what was
 /// written (what is left of them is unsent).
 pub fn sendmsg_now(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
+    sendmsg_loop(fd, iovs, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+}
+
+/// `sendmsg` until every iovec is written or, with `MSG_DONTWAIT` in `flags`, until the socket
+/// would block (that ends the loop without error; the iovecs tell what is left).
+fn sendmsg_loop(fd: RawFd, iovs: &mut [libc::iovec], flags: libc::c_int) -> io::Result<()> {
     let mut first = 0;
     while first < iovs.len() {
         if iovs[first].iov_len == 0 {
@@ -318,13 +329,14 @@ pub fn sendmsg_now(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
         let mut msg: libc::msghdr = unsafe { mem::zeroed() };
         msg.msg_iov = rest.as_mut_ptr();
         msg.msg_iovlen = n_iov as _;
-        // SAFETY: as in `sendmsg_all`; MSG_DONTWAIT makes this one call non-blocking.
-        let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        // SAFETY: the iovecs point at memory the caller keeps valid for the call (headers on
+        // its stack/buffers, payloads inside pinned registrations); MSG_NOSIGNAL avoids SIGPIPE.
+        let r = unsafe { libc::sendmsg(fd, &msg, flags) };
         if r < 0 {
             let e = io::Error::last_os_error();
             match e.kind() {
                 io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(()),
+                io::ErrorKind::WouldBlock if flags & libc::MSG_DONTWAIT != 0 => return Ok(()),
                 _ => return Err(e),
             }
         }
@@ -348,34 +360,6 @@ fn advance(iovs: &mut [libc::iovec], first: &mut usize, mut n: usize) {
             n = 0;
         }
     }
-}
-
-pub fn sendmsg_all(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
-    let mut first = 0;
-    while first < iovs.len() {
-        if iovs[first].iov_len == 0 {
-            first += 1;
-            continue;
-        }
-        let rest = &mut iovs[first..];
-        let n_iov = rest.len().min(1024);
-        // SAFETY: msghdr is plain old data; all-zero is valid.
-        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-        msg.msg_iov = rest.as_mut_ptr();
-        msg.msg_iovlen = n_iov as _;
-        // SAFETY: the iovecs point at memory the caller keeps valid for the call (headers on
-        // its stack/buffers, payloads inside pinned registrations); MSG_NOSIGNAL avoids SIGPIPE.
-        let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        advance(iovs, &mut first, r as usize);
-    }
-    Ok(())
 }
 
 /// An iovec over `len` bytes at `ptr`.

@@ -267,6 +267,17 @@ pub(super) fn write_batch(
     r.map_err(WriteFail::Io)
 }
 
+/// Write (blocking) and empty `tail`, the copied rest of a batch a posting thread began.
+fn write_tail(fd: RawFd, tail: &mut Vec<u8>) -> Result<(), WriteFail> {
+    if tail.is_empty() {
+        return Ok(());
+    }
+    let mut v = [net::iov(tail.as_ptr(), tail.len())];
+    let r = net::sendmsg_all(fd, &mut v);
+    tail.clear();
+    r.map_err(WriteFail::Io)
+}
+
 fn send_loop(qp: &QpShared, stream: &TcpStream) {
     let fd = stream.as_raw_fd();
     let seg = qp.pd.tun.segment_bytes as u64;
@@ -290,26 +301,16 @@ fn send_loop(qp: &QpShared, stream: &TcpStream) {
             }
         }
         let mut tx = qp.tx.lock();
-        let r = {
+        {
             let mut sq = qp.sq.lock();
             if qp.dead() {
                 return;
             }
             sq.tail_pending = false;
             take_frames(&mut sq, seg, &mut b);
-            Ok(())
-        };
-        let r = r.and_then(|()| {
-            if tx.tail.is_empty() {
-                return Ok(());
-            }
-            // The rest of a batch a posting thread began: it goes first.
-            let mut v = [net::iov(tx.tail.as_ptr(), tx.tail.len())];
-            let r = net::sendmsg_all(fd, &mut v);
-            tx.tail.clear();
-            r.map_err(WriteFail::Io)
-        });
-        let r = r.and_then(|()| {
+        }
+        // The rest of a batch a posting thread began goes first.
+        let r = write_tail(fd, &mut tx.tail).and_then(|()| {
             if b.is_empty() {
                 Ok(())
             } else {

@@ -126,11 +126,6 @@ impl Link {
         }
     }
 
-    /// The soft timeout in force (`HA_NCCL_RTO_MS`, widened after false alarms).
-    pub fn soft_timeout(&self) -> std::time::Duration {
-        self.rto.current()
-    }
-
     /// The re-arm in progress: (path, attempt).
     #[cfg(test)]
     pub(crate) fn rearm_pending(&self) -> Option<(usize, u64)> {

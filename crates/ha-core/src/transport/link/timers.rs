@@ -146,6 +146,12 @@ impl Link {
         Event::Nothing
     }
 
+    /// The soft timeout in force (`HA_NCCL_RTO_MS`, widened after false alarms).
+    #[cfg(test)]
+    pub(crate) fn soft_timeout(&self) -> std::time::Duration {
+        self.rto.current()
+    }
+
     /// The oldest signaled work request of path `i` has waited longer than the soft timeout.
     fn stalled(&self, i: usize, now: Instant) -> bool {
         self.path(i)
