@@ -420,6 +420,12 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
         log.push(format!("{who}: {line}"));
     }
     if let Err(e) = outcome {
+        // The whole log of a failed drill stays for diagnosis (its path is in the error).
+        let kept = std::env::temp_dir().join(format!(
+            "ha-netns-failed-{}-{i}.log",
+            std::process::id()
+        ));
+        let _ = std::fs::write(&kept, log.join("\n"));
         let tail: Vec<&String> = log
             .iter()
             .filter(|l| l.contains("HA NET") || l.contains("FAIL") || l.contains("panicked"))
@@ -428,7 +434,8 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
             .collect();
         let tail: Vec<&String> = tail.into_iter().rev().collect();
         return Err(format!(
-            "{e}\n  last lines:\n  {}",
+            "{e} (whole log: {})\n  last lines:\n  {}",
+            kept.display(),
             tail.iter()
                 .map(|s| s.as_str())
                 .collect::<Vec<_>>()
@@ -472,6 +479,16 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
         .map(|who| sum_field(&dir, who, "standby_lost"))
         .sum::<u64>()
         .saturating_sub(plan.explained);
+    if lost > 0 {
+        // A false standby loss is what ends a drill when the next cut follows it: keep the
+        // evidence of one that did not.
+        let kept = std::env::temp_dir().join(format!(
+            "ha-netns-standby-lost-{}-{i}.log",
+            std::process::id()
+        ));
+        let _ = std::fs::write(&kept, log.join("\n"));
+        eprintln!("drill {i}: {lost} false standby loss(es): log kept in {}", kept.display());
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(DrillResult {
         stall1_ms: grab("GAP1"),

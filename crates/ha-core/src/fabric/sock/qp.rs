@@ -207,7 +207,7 @@ impl SockQp {
             Err(requester::WriteFail::Dead) => {}
             Err(requester::WriteFail::Io(e)) => {
                 if !s.dead() {
-                    tracing::debug!("sock: qp {} send: {e}", s.qpn);
+                    tracing::info!("sock: qp {} send: {e}", s.qpn);
                     s.fail(Some(WcStatus::RetryExcErr));
                 }
             }

@@ -323,7 +323,7 @@ fn send_loop(qp: &QpShared, stream: &TcpStream) {
             Err(WriteFail::Dead) => return,
             Err(WriteFail::Io(e)) => {
                 if !qp.dead() {
-                    tracing::debug!("sock: qp {} send: {e}", qp.qpn);
+                    tracing::info!("sock: qp {} send: {e}", qp.qpn);
                     qp.fail(Some(WcStatus::RetryExcErr));
                 }
                 return;
@@ -371,7 +371,7 @@ impl Watch for AckWatch<'_> {
             // peer's NIC, not its threads: while the peer's kernel still answers TCP (a stopped
             // or slow process), keep waiting; only a link that stopped answering fails.
             if let Liveness::Dead(why) = live {
-                tracing::debug!("sock: qp {}: link dead: {why}", self.qp.qpn);
+                tracing::info!("sock: qp {}: link dead: {why}", self.qp.qpn);
                 return Err(Abort::Expired);
             }
         }
@@ -413,18 +413,18 @@ fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     match end {
         End::Abort(Abort::Stop) => {}
         End::Abort(Abort::Expired) => {
-            tracing::debug!("sock: qp {} retry timer expired", qp.qpn);
+            tracing::info!("sock: qp {} retry timer expired", qp.qpn);
             qp.fail(Some(WcStatus::RetryExcErr));
         }
         End::Abort(Abort::Eof) => {
             if !qp.dead() {
-                tracing::debug!("sock: qp {} outbound stream closed by peer", qp.qpn);
+                tracing::info!("sock: qp {} outbound stream closed by peer", qp.qpn);
                 qp.link_failed();
             }
         }
         End::Abort(Abort::Io(e)) => {
             if !qp.dead() {
-                tracing::debug!("sock: qp {} outbound stream failed: {e}", qp.qpn);
+                tracing::info!("sock: qp {} outbound stream failed: {e}", qp.qpn);
                 qp.link_failed();
             }
         }

@@ -64,7 +64,7 @@ impl Watch for RxWatch<'_> {
                 return Err(Abort::Expired);
             }
             if let Liveness::Dead(why) = live {
-                tracing::debug!("sock: qp {}: inbound link dead: {why}", self.qp.qpn);
+                tracing::info!("sock: qp {}: inbound link dead: {why}", self.qp.qpn);
                 return Err(Abort::Expired);
             }
         }
@@ -127,7 +127,7 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
         End::Quiet => {}
         End::Broken => {
             if !qp.dead() {
-                tracing::debug!("sock: qp {} inbound stream broke mid-request", qp.qpn);
+                tracing::info!("sock: qp {} inbound stream broke mid-request", qp.qpn);
                 net::shutdown(fd);
             }
         }
@@ -144,7 +144,7 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
                 h.psn = psn;
                 h.imm = syndrome;
                 let _ = r.send(&h, 0, 0);
-                tracing::debug!("sock: qp {} NAK psn {psn} syndrome {syndrome}", qp.qpn);
+                tracing::info!("sock: qp {} NAK psn {psn} syndrome {syndrome}", qp.qpn);
                 qp.fail(None);
             }
         }
