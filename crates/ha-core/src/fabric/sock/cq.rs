@@ -8,14 +8,9 @@
 //! unpolled entries, as an RDMA completion queue does: one more overruns it, which loses the
 //! entry and leaves the queue in error (every later poll fails), as after `IBV_EVENT_CQ_ERR`.
 //! [`stats`] reports the most entries any such queue held and the overruns;
-//! A poll first runs the stream pump of the queue's protection domain (`pump.rs`): whoever
-//! polls reads the small frames that arrived, so a completion reaches it without a thread
-//! hand-off.
-//!
 //! [`pause_polling`] stops every poll (a consumer that is not scheduled), so tests can pile up
 //! everything the queue pairs produce.
 
-use super::pump::Pump;
 use crate::fabric::counters::{Held, Resource};
 use crate::fabric::doorbell::Arm;
 use crate::fabric::{Completion, CompletionQueue, Doorbell, FabricError, Result};
@@ -32,8 +27,6 @@ pub struct SockCq {
     overrun: AtomicBool,
     /// Ring the doorbell for the next push (set by [`Arm::arm`], cleared by that push).
     armed: AtomicBool,
-    /// The stream pump of the protection domain the queue was made on: run by every poll.
-    pump: Option<Arc<Pump>>,
     _held: Held,
 }
 
@@ -79,17 +72,7 @@ static REGISTRY: Mutex<Vec<(usize, Weak<SockCq>)>> = Mutex::new(Vec::new());
 
 impl SockCq {
     /// A queue holding at most `capacity` unpolled entries (`None`: unbounded).
-    #[cfg(test)]
     pub fn create(bell: Arc<Doorbell>, capacity: Option<usize>) -> Arc<SockCq> {
-        SockCq::create_on(bell, capacity, None)
-    }
-
-    /// A queue whose polls first run `pump` (the streams of its protection domain).
-    pub fn create_on(
-        bell: Arc<Doorbell>,
-        capacity: Option<usize>,
-        pump: Option<Arc<Pump>>,
-    ) -> Arc<SockCq> {
         let cq = Arc::new(SockCq {
             q: SegQueue::new(),
             bell,
@@ -97,7 +80,6 @@ impl SockCq {
             overrun: AtomicBool::new(false),
             // Armed from the start: the first completion wakes a consumer that never polled.
             armed: AtomicBool::new(true),
-            pump,
             _held: Held::new(Resource::Cq),
         });
         let arm: Weak<dyn Arm> = Arc::downgrade(&cq) as Weak<dyn Arm>;
@@ -159,12 +141,6 @@ impl Arm for SockCq {
 
 impl CompletionQueue for SockCq {
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize> {
-        // The streams first (no lock held: their fast lanes push completions, maybe here).
-        if let Some(p) = &self.pump {
-            if !PAUSED.load(Ordering::SeqCst) {
-                p.poll();
-            }
-        }
         if let Some((cap, held)) = &self.bound {
             if self.overrun.load(Ordering::SeqCst) {
                 return Err(FabricError::System(format!(

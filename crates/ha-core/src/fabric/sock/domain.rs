@@ -4,7 +4,6 @@
 //! not depend on the queue pairs).
 
 use super::mr::MrTable;
-use super::pump::Pump;
 use super::wire::Hello;
 use super::Tunables;
 use crate::fabric::counters::Counted;
@@ -35,13 +34,11 @@ pub struct PdShared {
     pub mrs: Arc<MrTable>,
     /// Queue pairs that may receive an inbound stream, by queue pair number.
     qps: Mutex<HashMap<u32, Weak<dyn InboundTarget>>>,
-    /// The epoll set of every queue pair's streams (run by pollers and the listener).
-    pub pump: Arc<Pump>,
 }
 
 impl PdShared {
-    pub fn new(dev: usize, ip: IpAddr, port: u16, tun: Tunables) -> std::io::Result<PdShared> {
-        Ok(PdShared {
+    pub fn new(dev: usize, ip: IpAddr, port: u16, tun: Tunables) -> PdShared {
+        PdShared {
             id: NEXT_PD_ID.fetch_add(1, Ordering::Relaxed),
             dev,
             ip,
@@ -49,8 +46,7 @@ impl PdShared {
             tun,
             mrs: Arc::new(MrTable::default()),
             qps: Mutex::new(HashMap::new()),
-            pump: Pump::new()?,
-        })
+        }
     }
     pub fn register_qp(&self, qpn: u32, qp: Weak<dyn InboundTarget>) {
         self.qps.lock().insert(qpn, qp);

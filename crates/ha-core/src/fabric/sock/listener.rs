@@ -10,7 +10,6 @@
 
 use super::domain::PdShared;
 use super::net;
-use super::pump;
 use super::wire::{Hello, HELLO_LEN, HELLO_MAGIC};
 use super::{spawn, Tunables};
 use crate::fabric::counters::{self, Counted, Held, Resource};
@@ -64,10 +63,7 @@ impl PdCore {
             .local_addr()
             .map_err(|e| FabricError::io("sock: listener address", e))?
             .port();
-        let shared = Arc::new(
-            PdShared::new(dev, ip, port, tun)
-                .map_err(|e| FabricError::io("sock: epoll set of the streams", e))?,
-        );
+        let shared = Arc::new(PdShared::new(dev, ip, port, tun));
         let stop = Arc::new(AtomicBool::new(false));
         let l2 = listener
             .try_clone()
@@ -179,23 +175,14 @@ fn listen_loop(l: Counted<TcpListener>, pd: Arc<PdShared>, stop: Arc<AtomicBool>
             events: libc::POLLIN,
             revents: 0,
         }));
-        // The streams' set, while no consumer polls it (`pump.rs`); else look again soon.
-        let pump = pump::listener_entry(&pd.pump);
-        let watching = pump.is_some();
-        fds.extend(pump);
         // Poll at most 200 ms, so a missed shutdown wake-up still ends the loop.
-        let cap = if watching {
-            Duration::from_millis(200)
-        } else {
-            pump::POLLED_RECENTLY
-        };
         let wait = pending
             .0
             .iter()
             .map(|p| p.deadline.saturating_duration_since(now))
             .min()
             .unwrap_or(Duration::MAX)
-            .min(cap);
+            .min(Duration::from_millis(200));
         let ms = wait.as_millis().clamp(1, 200) as libc::c_int;
         if net::poll_many(&mut fds, ms).is_err() {
             std::thread::sleep(Duration::from_millis(10));
@@ -204,15 +191,8 @@ fn listen_loop(l: Counted<TcpListener>, pd: Arc<PdShared>, stop: Arc<AtomicBool>
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        if watching && fds.last().is_some_and(|f| f.revents != 0) {
-            pd.pump.run(0);
-        }
-        let n_pending = pending.0.len();
         // Pending streams with something to read (before new ones shift the indices).
-        let ready: Vec<bool> = fds[1..1 + n_pending]
-            .iter()
-            .map(|f| f.revents != 0)
-            .collect();
+        let ready: Vec<bool> = fds[1..].iter().map(|f| f.revents != 0).collect();
         let mut done = Vec::new();
         let mut i = 0;
         for r in ready {

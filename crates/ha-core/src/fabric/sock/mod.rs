@@ -16,16 +16,6 @@
 //! probes) stay with the sender thread, which batches them. Completion queues ring the
 //! engine's doorbell only once armed, so a completion wakes no thread while someone polls.
 //!
-//! The receive side (`pump.rs`): every stream is in its protection domain's epoll set, and
-//! whoever polls a completion queue (NCCL's thread in `test()`, the progress thread) first runs
-//! the *fast lane* of each stream with new bytes: whole request frames with at most 16 KiB of
-//! payload are placed, acknowledged and completed, and ACK/NAK/keep-alive frames retire their
-//! sends, in the poller's own thread. While nobody polls, the listener thread waits on the set
-//! and runs the fast lanes. What would block (a larger payload, a READ, a WRITE_WITH_IMM with
-//! no receive posted, a stream that ended) goes to the stream's responder or ack reader thread,
-//! which also keeps the timers (retry window, stalled frames) on its tick. So a small message
-//! wakes no thread while the consumer polls.
-//!
 //! # Placement order guarantees (the transport relies on these)
 //! - WRs of one queue pair are placed at the responder in posting order; a WRITE's segments
 //!   are placed in ascending address order, each segment as one copy from the socket.
@@ -91,7 +81,6 @@ mod liveness;
 mod mr;
 mod net;
 mod pd;
-mod pump;
 mod qp;
 mod qp_state;
 mod reader;

@@ -401,30 +401,6 @@ pub unsafe fn recv_into(fd: RawFd, dst: *mut u8, len: usize) -> io::Result<Recv>
     }
 }
 
-/// One `recv` of up to `len` bytes into `dst` that does not wait (`Recv::Idle`: nothing
-/// there now).
-///
-/// # Safety
-/// `dst` must be valid for writes of `len` bytes for the duration of the call.
-pub unsafe fn recv_now(fd: RawFd, dst: *mut u8, len: usize) -> io::Result<Recv> {
-    loop {
-        // SAFETY: the caller guarantees `dst..dst+len` is writable.
-        let r = unsafe { libc::recv(fd, dst as *mut libc::c_void, len, libc::MSG_DONTWAIT) };
-        if r > 0 {
-            return Ok(Recv::Data(r as usize));
-        }
-        if r == 0 {
-            return Ok(if len == 0 { Recv::Data(0) } else { Recv::Eof });
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::Interrupted => continue,
-            io::ErrorKind::WouldBlock => return Ok(Recv::Idle),
-            _ => return Err(e),
-        }
-    }
-}
-
 /// `shutdown(2)` both directions, ignoring errors (used to unblock threads).
 pub fn shutdown(fd: RawFd) {
     // SAFETY: shutdown(2) on a descriptor the caller keeps open; errors are irrelevant.

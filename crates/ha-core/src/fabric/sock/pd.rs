@@ -63,11 +63,7 @@ impl ProtectionDomain for SockPd {
     /// Unbounded unless a `max_cqe` is emulated; then `depth` clamped to it, as verbs does.
     fn create_cq(&self, depth: u32, doorbell: Arc<Doorbell>) -> Result<Arc<dyn CompletionQueue>> {
         let capacity = self.max_cqe.map(|m| depth.clamp(1, m) as usize);
-        Ok(SockCq::create_on(
-            doorbell,
-            capacity,
-            Some(self.core.shared.pump.clone()),
-        ))
+        Ok(SockCq::create(doorbell, capacity))
     }
     fn create_qp(&self, cq: &Arc<dyn CompletionQueue>, caps: QpCaps) -> Result<Box<dyn QueuePair>> {
         if caps.max_send_wr == 0 || caps.max_recv_wr == 0 {

@@ -93,47 +93,6 @@ impl FrameReader {
         }
     }
 
-    /// Time since the last byte arrived.
-    pub fn idle_for(&self) -> Duration {
-        self.last_rx.elapsed()
-    }
-
-    /// The next frame header's bytes, left in the buffer (`None`: not all buffered).
-    pub fn peek_header(&self) -> Option<&[u8]> {
-        self.header_ready()
-            .then(|| &self.buf[self.start..self.start + HEADER_LEN])
-    }
-
-    /// Read what the stream holds now into the buffer, without blocking: `Ok(true)` when
-    /// bytes came, `Ok(false)` when none were there (or the buffer is full).
-    pub fn fill_now(&mut self) -> Result<bool, Abort> {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-        if self.end == self.buf.len() {
-            if self.start == 0 {
-                return Ok(false);
-            }
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        let want = self.buf.len() - self.end;
-        // SAFETY: `end + want == buf.len()`: the range is inside our own buffer.
-        let r = unsafe { net::recv_now(self.fd, self.buf.as_mut_ptr().add(self.end), want) };
-        match r {
-            Ok(Recv::Data(n)) => {
-                self.end += n;
-                self.last_rx = Instant::now();
-                Ok(n > 0)
-            }
-            Ok(Recv::Idle) => Ok(false),
-            Ok(Recv::Eof) => Err(Abort::Eof),
-            Err(e) => Err(Abort::Io(e)),
-        }
-    }
-
     /// Make at least `need` (≤ buffer size) bytes available in the buffer.
     fn fill(&mut self, need: usize, w: &mut dyn Watch, mid_frame: bool) -> Result<(), Abort> {
         debug_assert!(need <= self.buf.len());

@@ -9,7 +9,6 @@
 use super::liveness::{LinkWatch, Liveness};
 use super::mr::{MrEntry, MrPin};
 use super::net;
-use super::pump::{Handoff, Lane, Pumped};
 use super::qp_state::{QpShared, SendQueue, LINK_ALIVE, LINK_DEAD};
 use super::reader::{Abort, FrameReader, Watch};
 use super::wire::{flags, syndrome, Header, Hello, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
@@ -19,7 +18,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Most frames gathered into one `sendmsg`.
@@ -407,90 +406,10 @@ struct ReadCtx {
     mr: Option<Arc<MrEntry>>,
 }
 
-/// The outbound stream's reader: ACK/NAK/keep-alive frames and READ responses.
-struct AckReader {
-    qp: Arc<QpShared>,
-    fd: RawFd,
-    rd: FrameReader,
-    link: LinkWatch,
-    /// The READ whose response is being placed.
-    cur: Option<ReadCtx>,
-    /// How the stream ended, as the fast lane found it (the thread acts on it).
-    end: Option<End>,
-    /// The stream is closing: the fast lane must not touch its descriptor any more.
-    closed: bool,
-}
-
-/// The outbound stream as the pump sees it.
-struct AckLane {
-    st: parking_lot::Mutex<AckReader>,
-    hand: Handoff,
-}
-
-impl Lane for AckLane {
-    fn on_ready(&self) {
-        self.hand.on_ready(&self.st, AckReader::pump);
-    }
-}
-
-/// Ack reader thread body: waits for what the fast lane hands over (READ responses, the end
-/// of the stream) or its tick (the retry timer), and does what may block.
 fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
-    let fd = stream.as_raw_fd();
-    let lane = Arc::new(AckLane {
-        st: parking_lot::Mutex::new(AckReader {
-            qp: qp.clone(),
-            fd,
-            rd: FrameReader::new(fd),
-            link: LinkWatch::new(qp.pd.tun.retry_timeout),
-            cur: None,
-            end: None,
-            closed: false,
-        }),
-        hand: Handoff::default(),
-    });
-    let weak: Weak<dyn Lane> = Arc::downgrade(&lane) as Weak<dyn Lane>;
-    let reg = match qp.pd.pump.register(fd, weak) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            // Without the set this thread reads everything itself (blocking), as before.
-            tracing::debug!(
-                "sock: qp {}: stream not in the epoll set ({e}): thread reads",
-                qp.qpn
-            );
-            None
-        }
-    };
-    let tick = qp.pd.tun.ack_tick();
-    let end = loop {
-        let work = reg.is_none() || lane.hand.wait(tick);
-        let mut r = lane.st.lock();
-        if let Some(e) = r.end.take() {
-            break e;
-        }
-        if qp.dead() {
-            break End::Abort(Abort::Stop);
-        }
-        let res = if reg.is_none() {
-            r.read(false)
-        } else {
-            r.read(true)
-                .and_then(|()| if work { Ok(()) } else { r.idle_check() })
-        };
-        if let Err(e) = res {
-            break e;
-        }
-        drop(r);
-        if lane.hand.pending() {
-            lane.on_ready();
-        }
-    };
-    // Out of the set before the descriptor closes (a poller may hold the lane: `closed`).
-    {
-        let mut r = lane.st.lock();
-        r.closed = true;
-        drop(reg);
-    }
+    let mut rd = FrameReader::new(stream.as_raw_fd());
+    let mut link = LinkWatch::new(qp.pd.tun.retry_timeout);
+    let end = ack_loop(&qp, &mut rd, &mut link, stream.as_raw_fd());
     match end {
         End::Abort(Abort::Stop) => {}
         End::Abort(Abort::Expired) => {
@@ -520,93 +439,33 @@ fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     drop(stream);
 }
 
-impl AckReader {
-    /// Read frames: until the stream ends, or (`drain`) until no whole header is left.
-    fn read(&mut self, drain: bool) -> Result<(), End> {
-        loop {
-            if drain && !self.rd.header_ready() {
-                match self.rd.fill_now() {
-                    Ok(_) if self.rd.header_ready() => {}
-                    Ok(_) => return Ok(()),
-                    Err(a) => return Err(End::Abort(a)),
-                }
-            }
-            self.one_frame()?;
-        }
-    }
-
-    /// The tick of a waiting thread: the retry timer and the link's liveness, as a blocked
-    /// read's timeout would check them.
-    fn idle_check(&mut self) -> Result<(), End> {
-        let idle = self.rd.idle_for();
-        let mut w = AckWatch {
-            qp: &self.qp,
-            link: &mut self.link,
-            fd: self.fd,
-            region: None,
-        };
-        w.idle(idle, false).map_err(End::Abort)
-    }
-
-    /// The fast lane: every ACK, NAK and keep-alive the stream holds now, without blocking; a
-    /// READ response (or anything else) is left for the thread.
-    fn pump(&mut self) -> Pumped {
-        if self.closed {
-            return Pumped::Idle;
-        }
-        if self.end.is_some() {
-            return Pumped::Thread;
-        }
-        loop {
-            if self.cur.is_some() {
-                return Pumped::Thread;
-            }
-            if !self.rd.header_ready() && self.rd.fill_now().is_err() {
-                return Pumped::Thread;
-            }
-            let Some(hb) = self.rd.peek_header() else {
-                return Pumped::Idle;
-            };
-            match Header::decode(hb, MAX_SEGMENT_BYTES) {
-                Ok(h) if matches!(h.op, Op::Ack | Op::KeepAlive | Op::Nak) => {}
-                _ => return Pumped::Thread,
-            }
-            if let Err(e) = self.one_frame() {
-                self.end = Some(e);
-                return Pumped::Thread;
-            }
-        }
-    }
-
-    /// One frame whose header is buffered (a READ response's payload may still be on its way).
-    fn one_frame(&mut self) -> Result<(), End> {
-        let qp = &*self.qp;
+fn ack_loop(qp: &QpShared, rd: &mut FrameReader, link: &mut LinkWatch, fd: RawFd) -> End {
+    let mut cur: Option<ReadCtx> = None;
+    loop {
         let mut w = AckWatch {
             qp,
-            link: &mut self.link,
-            fd: self.fd,
+            link: &mut *link,
+            fd,
             region: None,
         };
-        let hb = self.rd.next_header(&mut w).map_err(End::Abort)?;
+        let hb = match rd.next_header(&mut w) {
+            Ok(b) => b,
+            Err(a) => return End::Abort(a),
+        };
         // A frame from the peer: the link answers.
         qp.link.store(LINK_ALIVE, Ordering::SeqCst);
         let h = match Header::decode(&hb, MAX_SEGMENT_BYTES) {
             Ok(h) if !h.op.is_request() => h,
-            Ok(h) => {
-                return Err(End::Garbage(format!(
-                    "request {:?} on a reply stream",
-                    h.op
-                )))
-            }
-            Err(e) => return Err(End::Garbage(e.to_string())),
+            Ok(h) => return End::Garbage(format!("request {:?} on a reply stream", h.op)),
+            Err(e) => return End::Garbage(e.to_string()),
         };
-        match h.op {
+        let r = match h.op {
             Op::Ack | Op::KeepAlive => {
                 let mut sq = qp.sq.lock();
                 sq.last_progress = Instant::now();
                 if h.op == Op::Ack {
                     if let Some(st) = qp.retire_through(&mut sq, h.psn) {
-                        return Err(End::Fail(st));
+                        return End::Fail(st);
                     }
                 }
                 Ok(())
@@ -614,15 +473,16 @@ impl AckReader {
             Op::Nak => {
                 // (Also ends a READ refused midway because its region went away.)
                 qp.retire_through(&mut qp.sq.lock(), h.psn.wrapping_sub(1));
-                Err(End::Fail(match h.imm {
+                return End::Fail(match h.imm {
                     syndrome::REMOTE_ACCESS => WcStatus::RemAccessErr,
                     _ => WcStatus::RemInvReqErr,
-                }))
+                });
             }
-            Op::ReadResp => {
-                on_read_resp(qp, &mut self.rd, &h, &mut self.cur, &mut self.link, self.fd)
-            }
+            Op::ReadResp => on_read_resp(qp, rd, &h, &mut cur, link, fd),
             Op::Write | Op::ReadReq => unreachable!("filtered above"),
+        };
+        if let Err(e) = r {
+            return e;
         }
     }
 }

@@ -7,18 +7,16 @@
 use super::liveness::{LinkWatch, Liveness};
 use super::mr::MrEntry;
 use super::net;
-use super::pump::{Handoff, Lane, Pumped};
 use super::qp_state::QpShared;
 use super::reader::{Abort, FrameReader, Watch};
 use super::sequence::{RequestSeq, Step};
-use super::wire::{flags, syndrome, Header, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
+use super::wire::{flags, syndrome, Header, Op, HEADER_LEN};
 use crate::fabric::counters::Counted;
 use crate::fabric::{Access, QpState, WcStatus};
-use parking_lot::Mutex;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Coalesced ACKs are sent at least every this many frames.
@@ -87,8 +85,8 @@ struct WriteCtx {
     tail: [u8; 8],
 }
 
-struct Responder {
-    qp: Arc<QpShared>,
+struct Responder<'a> {
+    qp: &'a QpShared,
     fd: RawFd,
     rd: FrameReader,
     link: LinkWatch,
@@ -97,35 +95,9 @@ struct Responder {
     /// ACK not yet sent: (psn, ended a WR), and how many frames it covers.
     pending: Option<(u32, bool)>,
     pending_frames: u32,
-    /// Reply bytes the socket did not take while sends must not block: they go out first.
-    out_tail: Vec<u8>,
-    /// Sends must not block (the fast lane runs in whoever polls).
-    nowait: bool,
-    /// How the stream ended, as the fast lane found it (the thread acts on it).
-    end: Option<End>,
-    /// The stream is closing: the fast lane must not touch its descriptor any more.
-    closed: bool,
 }
 
-/// A request frame whose payload is at most this is placed by the fast lane, from the buffer;
-/// a larger one goes to the thread, which receives it straight into its target.
-const FAST_PAYLOAD: usize = 16 << 10;
-
-/// The inbound stream as the pump sees it: the responder's state and the hand-off to its
-/// thread.
-struct RxLane {
-    st: Mutex<Responder>,
-    hand: Handoff,
-}
-
-impl Lane for RxLane {
-    fn on_ready(&self) {
-        self.hand.on_ready(&self.st, Responder::pump);
-    }
-}
-
-/// Responder thread body: waits for what the fast lane hands over (or its tick), and does
-/// what may block.
+/// Responder thread body.
 pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     {
         let mut ctl = qp.ctl.lock();
@@ -140,60 +112,17 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
         }
     }
     let fd = stream.as_raw_fd();
-    let lane = Arc::new(RxLane {
-        st: Mutex::new(Responder {
-            qp: qp.clone(),
-            fd,
-            rd: FrameReader::new(fd),
-            link: LinkWatch::new(qp.pd.tun.retry_timeout),
-            seq: RequestSeq::new(),
-            cur: None,
-            pending: None,
-            pending_frames: 0,
-            out_tail: Vec::new(),
-            nowait: false,
-            end: None,
-            closed: false,
-        }),
-        hand: Handoff::default(),
-    });
-    let weak: Weak<dyn Lane> = Arc::downgrade(&lane) as Weak<dyn Lane>;
-    let reg = match qp.pd.pump.register(fd, weak) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            // Without the set this thread reads everything itself (blocking), as before.
-            tracing::debug!(
-                "sock: qp {}: stream not in the epoll set ({e}): thread reads",
-                qp.qpn
-            );
-            None
-        }
+    let mut r = Responder {
+        qp: &qp,
+        fd,
+        rd: FrameReader::new(fd),
+        link: LinkWatch::new(qp.pd.tun.retry_timeout),
+        seq: RequestSeq::new(),
+        cur: None,
+        pending: None,
+        pending_frames: 0,
     };
-    let tick = qp.pd.tun.rx_tick();
-    let end = loop {
-        let work = reg.is_none() || lane.hand.wait(tick);
-        let mut r = lane.st.lock();
-        if let Some(e) = r.end.take() {
-            break e;
-        }
-        if qp.dead() {
-            break End::Quiet;
-        }
-        let res = if reg.is_none() {
-            r.serve()
-        } else {
-            r.serve_until_drained()
-                .and_then(|()| if work { Ok(()) } else { r.idle_check() })
-        };
-        if let Err(e) = res {
-            break e;
-        }
-        drop(r);
-        if lane.hand.pending() {
-            lane.on_ready();
-        }
-    };
-    let mut r = lane.st.lock();
+    let end = r.serve();
     match end {
         End::Quiet => {}
         End::Broken => {
@@ -205,9 +134,7 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
         End::Garbage(why) => {
             if !qp.dead() {
                 tracing::warn!("sock: qp {}: bad request from peer: {why}", qp.qpn);
-                drop(r);
                 qp.fail(None);
-                r = lane.st.lock();
             }
         }
         End::Nak { psn, syndrome } => {
@@ -218,159 +145,49 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
                 h.imm = syndrome;
                 let _ = r.send(&h, 0, 0);
                 tracing::info!("sock: qp {} NAK psn {psn} syndrome {syndrome}", qp.qpn);
-                drop(r);
                 qp.fail(None);
-                r = lane.st.lock();
             }
         }
     }
-    // Out of the set before the descriptor closes (a poller may hold the lane: `closed`).
-    r.closed = true;
-    drop(reg);
-    drop(r);
     drop(stream);
 }
 
-impl Responder {
-    /// Serve the stream until it ends (used when the stream could not join the epoll set).
-    fn serve(&mut self) -> Result<(), End> {
+impl Responder<'_> {
+    fn serve(&mut self) -> End {
         loop {
             if self.pending.is_some() && !self.rd.header_ready() {
-                self.flush_ack()?;
-            }
-            self.one_frame()?;
-        }
-    }
-
-    /// Serve every frame the stream holds now (blocking inside a frame, as for a large
-    /// payload), until no whole header is left; the pending ACK goes out before returning.
-    fn serve_until_drained(&mut self) -> Result<(), End> {
-        self.flush_tail()?;
-        loop {
-            if !self.rd.header_ready() {
-                match self.rd.fill_now() {
-                    Ok(_) if self.rd.header_ready() => {}
-                    Ok(_) => return self.flush_ack(),
-                    Err(a) => return Err(self.abort(a)),
+                if let Err(e) = self.flush_ack() {
+                    return e;
                 }
             }
-            self.one_frame()?;
-        }
-    }
-
-    /// The tick of a waiting thread: a partly received frame that stalls is judged as a
-    /// blocked read would judge it.
-    fn idle_check(&mut self) -> Result<(), End> {
-        let idle = self.rd.idle_for();
-        let mid = self.rd.buffered() > 0;
-        let mut w = RxWatch {
-            qp: &self.qp,
-            link: &mut self.link,
-            fd: self.fd,
-            region: None,
-        };
-        w.idle(idle, mid).map_err(|a| match a {
-            Abort::Stop => End::Quiet,
-            _ => End::Broken,
-        })
-    }
-
-    /// One frame whose header is buffered (its payload may still be on its way).
-    fn one_frame(&mut self) -> Result<(), End> {
-        let mut w = RxWatch {
-            qp: &self.qp,
-            link: &mut self.link,
-            fd: self.fd,
-            region: None,
-        };
-        let hb = match self.rd.next_header(&mut w) {
-            Ok(b) => b,
-            Err(a) => return Err(self.abort(a)),
-        };
-        let (h, step) = match self.seq.next(&hb) {
-            Ok(v) => v,
-            Err(e) => return Err(End::Garbage(e.to_string())),
-        };
-        match step {
-            Step::Write {
-                from,
-                to,
-                first,
-                last,
-                ..
-            } => self.on_write(&h, first, from, to, last),
-            Step::Read => self.on_read(&h),
-        }
-    }
-
-    /// The fast lane: every whole small WRITE frame the stream holds now, without blocking;
-    /// anything else is left for the thread.
-    fn pump(&mut self) -> Pumped {
-        if self.closed {
-            return Pumped::Idle;
-        }
-        if self.end.is_some() {
-            return Pumped::Thread;
-        }
-        self.nowait = true;
-        let r = self.pump_frames();
-        self.nowait = false;
-        match r {
-            Ok(p) => p,
-            Err(e) => {
-                self.end = Some(e);
-                Pumped::Thread
-            }
-        }
-    }
-
-    fn pump_frames(&mut self) -> Result<Pumped, End> {
-        if self.qp.dead() {
-            return Err(End::Quiet);
-        }
-        self.flush_tail()?;
-        if !self.out_tail.is_empty() {
-            return Ok(Pumped::Thread);
-        }
-        loop {
-            if !self.rd.header_ready() && self.rd.fill_now().is_err() {
-                // Closed or failed: the thread finds out and ends the way it always did.
-                return Ok(Pumped::Thread);
-            }
-            let Some(hb) = self.rd.peek_header() else {
-                return self.pumped_idle();
+            let mut w = RxWatch {
+                qp: self.qp,
+                link: &mut self.link,
+                fd: self.fd,
+                region: None,
             };
-            let h = match Header::decode(hb, MAX_SEGMENT_BYTES) {
-                Ok(h) if h.op == Op::Write && h.len as usize <= FAST_PAYLOAD => h,
-                _ => return Ok(Pumped::Thread),
+            let hb = match self.rd.next_header(&mut w) {
+                Ok(b) => b,
+                Err(a) => return self.abort(a),
             };
-            let need = HEADER_LEN + h.len as usize;
-            while self.rd.buffered() < need {
-                match self.rd.fill_now() {
-                    Ok(true) => {}
-                    Ok(false) => return self.pumped_idle(),
-                    Err(_) => return Ok(Pumped::Thread),
-                }
-            }
-            if h.has(flags::IMM) && h.has(flags::LAST) && self.qp.rq.lock().is_empty() {
-                // Waiting for a receive to be posted is the thread's (with keep-alives).
-                return Ok(Pumped::Thread);
-            }
-            self.one_frame()?;
-            if !self.out_tail.is_empty() {
-                return Ok(Pumped::Thread);
+            let (h, step) = match self.seq.next(&hb) {
+                Ok(v) => v,
+                Err(e) => return End::Garbage(e.to_string()),
+            };
+            let r = match step {
+                Step::Write {
+                    from,
+                    to,
+                    first,
+                    last,
+                    ..
+                } => self.on_write(&h, first, from, to, last),
+                Step::Read => self.on_read(&h),
+            };
+            if let Err(e) = r {
+                return e;
             }
         }
-    }
-
-    /// Nothing whole left: acknowledge what was placed, then rest.
-    fn pumped_idle(&mut self) -> Result<Pumped, End> {
-        self.flush_ack()?;
-        Ok(if self.out_tail.is_empty() {
-            Pumped::Idle
-        } else {
-            Pumped::Thread
-        })
     }
 
     fn abort(&self, a: Abort) -> End {
@@ -382,46 +199,15 @@ impl Responder {
         }
     }
 
-    /// Send one frame (header + `len` bytes at `ptr`). While sends must not block, only
-    /// header-only frames are sent, and what the socket does not take waits in `out_tail`.
-    fn send(&mut self, h: &Header, ptr: usize, len: usize) -> Result<(), End> {
+    /// Send one frame (header + `len` bytes at `ptr`).
+    fn send(&self, h: &Header, ptr: usize, len: usize) -> Result<(), End> {
         let hb = h.to_bytes();
-        if self.nowait {
-            debug_assert_eq!(len, 0, "the fast lane sends header-only frames");
-            if self.out_tail.is_empty() {
-                let mut iovs = [net::iov(hb.as_ptr(), HEADER_LEN)];
-                net::sendmsg_now(self.fd, &mut iovs).map_err(|_| End::Quiet)?;
-                let left = iovs[0].iov_len;
-                self.out_tail.extend_from_slice(&hb[HEADER_LEN - left..]);
-            } else {
-                self.out_tail.extend_from_slice(&hb);
-            }
-            return Ok(());
-        }
-        self.flush_tail()?;
         let mut iovs = [
             net::iov(hb.as_ptr(), HEADER_LEN),
             net::iov(ptr as *const u8, len),
         ];
         let n = if len > 0 { 2 } else { 1 };
         net::sendmsg_all(self.fd, &mut iovs[..n]).map_err(|_| End::Quiet)
-    }
-
-    /// Write `out_tail`: all of it (blocking) in the thread, what the socket takes in the
-    /// fast lane.
-    fn flush_tail(&mut self) -> Result<(), End> {
-        if self.out_tail.is_empty() {
-            return Ok(());
-        }
-        let mut iovs = [net::iov(self.out_tail.as_ptr(), self.out_tail.len())];
-        if self.nowait {
-            net::sendmsg_now(self.fd, &mut iovs).map_err(|_| End::Quiet)?;
-        } else {
-            net::sendmsg_all(self.fd, &mut iovs).map_err(|_| End::Quiet)?;
-        }
-        let written = self.out_tail.len() - iovs[0].iov_len;
-        self.out_tail.drain(..written);
-        Ok(())
     }
 
     fn flush_ack(&mut self) -> Result<(), End> {
@@ -470,7 +256,7 @@ impl Responder {
                 tail: [0; 8],
             });
         }
-        let qp = self.qp.clone();
+        let qp = self.qp;
         // `RequestSeq` accepted a non-first segment only inside a WRITE.
         let Some(c) = self.cur.as_mut() else {
             return Err(End::Garbage(format!("WRITE segment {h:?} outside a WRITE")));
@@ -490,7 +276,7 @@ impl Responder {
             };
             let body_end = b.min(c.tail_start);
             let mut w = RxWatch {
-                qp: &qp,
+                qp,
                 link: &mut self.link,
                 fd: self.fd,
                 region: c.mr.as_deref(),
@@ -548,7 +334,7 @@ impl Responder {
     /// Consume a receive for a WRITE_WITH_IMM whose bytes are all placed; wait for one
     /// (sending keep-alives) while none is posted.
     fn deliver_imm(&mut self, imm: u32, total: u64) -> Result<(), End> {
-        let qp = self.qp.clone();
+        let qp = self.qp;
         let mut rq = qp.rq.lock();
         loop {
             if qp.dead() {
@@ -576,7 +362,7 @@ impl Responder {
         // The READ_RESP frames acknowledge everything before them.
         self.pending = None;
         self.pending_frames = 0;
-        let qp = self.qp.clone();
+        let qp = self.qp;
         let seg = qp.pd.tun.segment_bytes as u64;
         let mut off = 0u64;
         loop {
