@@ -281,6 +281,14 @@ pub const STATS_INTERVAL_MS: Param = Param {
     range: Some((0, 86_400_000)),
 };
 
+pub const STAGES: Param = Param {
+    name: "HA_NCCL_STAGES",
+    kind: Kind::Str,
+    default: "",
+    doc: "Diagnostics: if set, stage timestamps (API calls, posts, completion polls, progress-thread wake-ups) are appended to `<value>.<pid>` at each close, for latency breakdowns (`scripts/stages.py`). Costs a lock per stage while on; off when empty.",
+    range: None,
+};
+
 pub const QP_TIMEOUT: Param = Param {
     name: "HA_NCCL_QP_TIMEOUT",
     kind: Kind::U32,
@@ -346,6 +354,7 @@ pub const PARAMS: &[Param] = &[
     MR_POLICY,
     STATS_FILE,
     STATS_INTERVAL_MS,
+    STAGES,
     QP_TIMEOUT,
     QP_RETRY_CNT,
     GDR,
@@ -406,6 +415,8 @@ pub struct Config {
     pub stats_file: String,
     /// `HA_NCCL_STATS_INTERVAL_MS` (zero: no periodic lines).
     pub stats_interval: Duration,
+    /// `HA_NCCL_STAGES` (empty = off).
+    pub stages: String,
     /// `HA_NCCL_QP_TIMEOUT`.
     pub qp_timeout: u8,
     /// `HA_NCCL_QP_RETRY_CNT`.
@@ -527,6 +538,7 @@ impl Config {
                 &STATS_INTERVAL_MS,
                 &text(&STATS_INTERVAL_MS),
             )?),
+            stages: text(&STAGES).trim().to_string(),
             qp_timeout: parse_number(&QP_TIMEOUT, &text(&QP_TIMEOUT))? as u8,
             qp_retry_cnt: parse_number(&QP_RETRY_CNT, &text(&QP_RETRY_CNT))? as u8,
             gdr: crate::fabric::verbs::gdr::GdrMode::ALL[parse_enum(&GDR, &text(&GDR))?],
@@ -1096,6 +1108,7 @@ mod tests {
             ("HA_NCCL_DRAIN_FILE", "/tmp/d"),
             ("HA_NCCL_MR_POLICY", "eager"),
             ("HA_NCCL_STATS_FILE", "/tmp/s.json"),
+            ("HA_NCCL_STAGES", "/tmp/st"),
             ("HA_NCCL_STATS_INTERVAL_MS", "47"),
             ("HA_NCCL_QP_TIMEOUT", "12"),
             ("HA_NCCL_QP_RETRY_CNT", "3"),
@@ -1131,6 +1144,7 @@ mod tests {
             mr_eager,
             stats_file,
             stats_interval,
+            stages,
             qp_timeout,
             qp_retry_cnt,
             gdr,
@@ -1157,10 +1171,11 @@ mod tests {
         assert_eq!(drain_file, "/tmp/d");
         assert_eq!(stats_file, "/tmp/s.json");
         assert_eq!(stats_interval, Duration::from_millis(47));
+        assert_eq!(stages, "/tmp/st");
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
         assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
         assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
-        assert_eq!(PARAMS.len(), 29, "one PARAMS row per Config field");
+        assert_eq!(PARAMS.len(), 30, "one PARAMS row per Config field");
     }
 
     #[test]

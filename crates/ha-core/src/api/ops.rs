@@ -6,6 +6,7 @@ use super::gdr;
 use super::handles::{kind_of, request_token, split_request, Kind};
 pub use super::mem::{dereg_mr, iflush, iflush_count, reg_mr, reg_mr_dmabuf, FlushBuf};
 use super::state::{self, NetAttr, NetContext, Plugin};
+use crate::fabric::stages;
 use crate::fabric::DeviceInfo;
 use crate::transport::budget::Budget;
 use crate::transport::connect::PendingConnect;
@@ -343,6 +344,7 @@ pub fn isend_bytes(comm: u64, addr: usize, size: usize, tag: i32, mr: u64) -> Ap
             "send of {size} bytes is over the {MAX_MESSAGE_BYTES}-byte message limit"
         )));
     }
+    stages::mark("isend", size as u64);
     let p = state::get()?;
     let c = p.sends.get(comm, "sendComm")?;
     let m = p.mrs.get(mr, "mhandle")?.lock().handle.clone();
@@ -386,6 +388,7 @@ pub fn irecv_hinted(comm: u64, bufs: &[RecvBuf], optional_completion: bool) -> A
             );
         }
     }
+    stages::mark("irecv", bufs.first().map_or(0, |b| b.size.max(0) as u64));
     if bufs.is_empty() || bufs.len() > MAX_RECVS {
         return Err(ApiError::arg(format!(
             "irecv of {} buffers (1..={MAX_RECVS} supported)",
@@ -423,11 +426,17 @@ pub fn test(req: u64) -> ApiResult<Option<Vec<u64>>> {
         Kind::SendReq => {
             let c = p.sends.get_for_request(index, gen)?;
             let r = c.lock().test(id)?;
+            if r.is_some() {
+                stages::mark("send_done", 0);
+            }
             Ok(r.map(|s| vec![s]))
         }
         Kind::RecvReq => {
             let c = p.recvs.get_for_request(index, gen)?;
             let r = c.lock().test(id)?;
+            if r.is_some() {
+                stages::mark("recv_done", 0);
+            }
             Ok(r)
         }
         Kind::FlushReq if id.gen == 0 => Ok(Some(Vec::new())),
@@ -441,6 +450,7 @@ pub fn test(req: u64) -> ApiResult<Option<Vec<u64>>> {
 }
 
 pub fn close_send(comm: u64) -> ApiResult<()> {
+    stages::dump();
     let p = state::get()?;
     p.sends.remove(comm, "sendComm")?;
     disown(p, comm);
@@ -448,6 +458,7 @@ pub fn close_send(comm: u64) -> ApiResult<()> {
 }
 
 pub fn close_recv(comm: u64) -> ApiResult<()> {
+    stages::dump();
     let p = state::get()?;
     p.recvs.remove(comm, "recvComm")?;
     disown(p, comm);

@@ -193,6 +193,7 @@ fn build() -> ApiResult<Plugin> {
         },
     };
     crate::transport::stats::set_interval(cfg.stats_interval);
+    crate::fabric::stages::enable(&cfg.stages);
     let engine = Engine::new(fabric, cfg.progress_spin);
     Ok(Plugin {
         ha,

@@ -56,10 +56,12 @@ fn run(router: &Router, stop: &AtomicBool, spin: Duration) {
                 // A consumer polled since the last look: it sees new completions itself.
                 polls_seen = polls;
                 router.doorbell.sleep(SLEEP);
+                crate::fabric::stages::mark("progress_wake", 0);
             } else {
                 // Woken by the fabric's doorbell; the timeout only bounds how long a stop or
                 // a fabric that cannot ring (polled hardware queues) waits.
                 router.doorbell.wait(SLEEP);
+                crate::fabric::stages::mark("progress_wake", 1);
             }
             last = Instant::now() - spin;
         }

@@ -13,6 +13,7 @@ pub mod doorbell;
 pub mod netif;
 pub mod oob;
 pub mod sock;
+pub mod stages;
 pub mod verbs;
 
 use std::sync::Arc;
@@ -163,6 +164,11 @@ pub struct SendWr {
     pub rkey: u32,
     /// Produce a completion on success (errors always complete).
     pub signaled: bool,
+    /// `local` is host memory the plugin owns (its staging: clear-to-sends, completion
+    /// records, control messages), so a fabric may copy it into the request at post time
+    /// (verbs: `IBV_SEND_INLINE` when it fits the queue pair's inline limit). Never set for
+    /// NCCL's buffers, which may be GPU memory the CPU cannot read.
+    pub inline: bool,
 }
 
 /// RC queue pair states (the verbs subset the plugin uses).

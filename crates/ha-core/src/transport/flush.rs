@@ -91,6 +91,7 @@ impl FlushQp {
             remote_addr,
             rkey,
             signaled: true,
+            inline: false,
         }])?;
         self.posted.push_back((wr_id, Instant::now()));
         Ok(())

@@ -228,6 +228,7 @@ impl Path {
             remote_addr: peer_addr,
             rkey: self.peer_rkey,
             signaled: true,
+            inline: false,
         }])
     }
 

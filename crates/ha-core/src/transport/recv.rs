@@ -137,6 +137,7 @@ impl RecvComm {
             remote_addr: remote,
             rkey: p.peer_rkey,
             signaled: true,
+            inline: true,
         };
         if let Err(e) = p.post(&[wr]) {
             let ev = self.link.path_error(

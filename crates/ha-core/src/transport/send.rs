@@ -127,6 +127,7 @@ impl SendComm {
                 remote_addr: w.remote_addr,
                 rkey: w.rkey,
                 signaled: false,
+                inline: false,
             })
             .collect();
         wrs.push(SendWr {
@@ -140,6 +141,7 @@ impl SendComm {
             remote_addr: peer + (slot * RECORD_BYTES) as u64,
             rkey: path.peer_rkey,
             signaled: true,
+            inline: true,
         });
         if let Err(e) = path.post(&wrs) {
             let ev = self.link.path_error(

@@ -134,6 +134,7 @@ fn state_machine_and_peer_address_checks() {
         remote_addr: 0,
         rkey: 0,
         signaled: true,
+        inline: false,
     };
     assert!(bad_state(a.qp.post_send(&[w])), "post_send in INIT");
     for garbage in [
@@ -283,6 +284,59 @@ fn write_with_imm_completes_in_order_with_its_immediate() {
     assert!(s.iter().all(|c| c.status.is_ok()));
     assert!(x.drain_for(Duration::from_millis(200)).is_empty());
     assert!(y.drain_for(Duration::from_millis(200)).is_empty());
+}
+
+/// The plugin's own staged writes (clear-to-sends, completion records, control messages) go
+/// inline: the payload is copied at post time, so the device never reads it through the
+/// local key. Proven with a local key that does not exist: inline, the write lands and
+/// completes; not inline, the same request fails with a local error.
+#[test]
+fn staged_writes_go_inline_and_need_no_local_key() {
+    let rig = rig_or_skip!("staged_writes_go_inline_and_need_no_local_key");
+    let f = open(&data_cfg());
+    let (x, y) = connect(&f, dev_index(&f, &rig.a.0.dev), dev_index(&f, &rig.a.1.dev));
+    // A clear-to-send slot's size (the largest staged write).
+    let src = pattern(272, 9);
+    let mut dst = vec![0u8; 272];
+    let dmr = y.reg(&mut dst, Access::REMOTE_WRITE);
+    y.qp.post_recv(500).unwrap();
+    let bogus = SendWr {
+        wr_id: 1,
+        op: SendOp::WriteWithImm(0x5eed),
+        local: Sge {
+            addr: src.as_ptr() as usize,
+            len: src.len(),
+            lkey: 0x00de_adbe,
+        },
+        remote_addr: dst.as_ptr() as u64,
+        rkey: dmr.keys().rkey,
+        signaled: true,
+        inline: true,
+    };
+    let before = ha_core::fabric::verbs::inline_sends();
+    x.qp.post_send(&[bogus]).unwrap();
+    assert_eq!(ha_core::fabric::verbs::inline_sends(), before + 1);
+    let s = x.wait(1, SHORT);
+    assert_eq!((s[0].wr_id, s[0].status), (1, WcStatus::Success), "{s:?}");
+    let r = y.wait(1, SHORT);
+    assert_eq!((r[0].wr_id, r[0].imm), (500, Some(0x5eed)));
+    assert!(dst == src, "the inline payload landed");
+    // The same request not inline: the device reads through the key, which does not exist.
+    y.qp.post_recv(501).unwrap();
+    x.qp.post_send(&[SendWr {
+        wr_id: 2,
+        inline: false,
+        ..bogus
+    }])
+    .unwrap();
+    assert_eq!(ha_core::fabric::verbs::inline_sends(), before + 1);
+    let s = x.wait(1, SHORT);
+    // A local error: rxe says LOC_QP_OP_ERR, other devices LOC_PROT_ERR.
+    assert_eq!(s[0].wr_id, 2);
+    assert!(
+        matches!(s[0].status, WcStatus::LocProtErr | WcStatus::LocQpOpErr),
+        "{s:?}"
+    );
 }
 
 #[test]

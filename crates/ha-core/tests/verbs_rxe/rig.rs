@@ -252,6 +252,7 @@ pub fn write(
         remote_addr: dst,
         rkey,
         signaled: true,
+        inline: false,
     }
 }
 

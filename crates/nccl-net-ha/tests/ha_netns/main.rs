@@ -421,10 +421,8 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
     }
     if let Err(e) = outcome {
         // The whole log of a failed drill stays for diagnosis (its path is in the error).
-        let kept = std::env::temp_dir().join(format!(
-            "ha-netns-failed-{}-{i}.log",
-            std::process::id()
-        ));
+        let kept =
+            std::env::temp_dir().join(format!("ha-netns-failed-{}-{i}.log", std::process::id()));
         let _ = std::fs::write(&kept, log.join("\n"));
         let tail: Vec<&String> = log
             .iter()
@@ -487,7 +485,10 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
             std::process::id()
         ));
         let _ = std::fs::write(&kept, log.join("\n"));
-        eprintln!("drill {i}: {lost} false standby loss(es): log kept in {}", kept.display());
+        eprintln!(
+            "drill {i}: {lost} false standby loss(es): log kept in {}",
+            kept.display()
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(DrillResult {

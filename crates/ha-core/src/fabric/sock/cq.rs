@@ -163,6 +163,9 @@ impl CompletionQueue for SockCq {
             }
             *held -= n;
             PENDING.fetch_sub(n, Ordering::SeqCst);
+            if n > 0 {
+                crate::fabric::stages::mark("cq_poll", n as u64);
+            }
             return Ok(n);
         }
         if PAUSED.load(Ordering::SeqCst) {
@@ -177,6 +180,9 @@ impl CompletionQueue for SockCq {
                 }
                 None => break,
             }
+        }
+        if n > 0 {
+            crate::fabric::stages::mark("cq_poll", n as u64);
         }
         Ok(n)
     }

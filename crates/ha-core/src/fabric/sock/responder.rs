@@ -341,6 +341,7 @@ impl Responder<'_> {
                 return Err(End::Quiet);
             }
             if let Some(id) = rq.pop_front() {
+                crate::fabric::stages::mark("sock_place", total);
                 qp.push_recv(id, WcStatus::Success, Some(imm), total as u32);
                 return Ok(());
             }

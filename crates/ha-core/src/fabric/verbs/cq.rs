@@ -198,6 +198,7 @@ fn notify_loop(raw: Raw, fd: i32, wake: &WakeFd, arm: &CqArm, bell: &Doorbell, n
             events += 1;
         }
         if events > 0 {
+            crate::fabric::stages::mark("cq_event", events as u64);
             // SAFETY: acknowledges exactly the events obtained above, on the live CQ.
             unsafe { sys::ibv_ack_cq_events(raw.cq, events) };
             // Disarmed before the ring: the woken consumer re-arms before it sleeps again.
@@ -274,6 +275,12 @@ impl CompletionQueue for VerbsCq {
                     None => break,
                 }
             }
+        }
+        if total > 0 && crate::fabric::stages::enabled() {
+            // Which kind came first (1: a receive, i.e. an immediate arrived; 0: a send).
+            let first = &out[out.len() - total];
+            let recv = u64::from(matches!(first.opcode, WcOpcode::RecvRdmaWithImm));
+            crate::fabric::stages::mark("cq_poll", recv << 32 | total as u64);
         }
         Ok(total)
     }

@@ -46,6 +46,7 @@ use gdr::{DeviceGdr, HostGdr};
 use hca::Hca;
 use parking_lot::Mutex;
 use pd::VerbsPd;
+pub use qp::inline_sends;
 use std::sync::{Arc, Weak};
 pub use threads::live_threads;
 

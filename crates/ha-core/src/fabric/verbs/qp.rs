@@ -66,6 +66,18 @@ fn random_psn() -> u32 {
     (h.finish() & 0xFF_FFFF) as u32
 }
 
+/// Payload bytes a queue pair is asked to carry inside its send work requests (the plugin's
+/// own staged writes fit: clear-to-sends, completion records, control messages). A device
+/// that refuses gets a queue pair without inline data.
+const INLINE_WANT: u32 = 512;
+
+static INLINE_SENDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Send work requests posted inline so far, process-wide.
+pub fn inline_sends() -> u64 {
+    INLINE_SENDS.load(Ordering::Relaxed)
+}
+
 /// An RC queue pair.
 pub struct VerbsQp {
     qp: *mut sys::ibv_qp,
@@ -80,6 +92,8 @@ pub struct VerbsQp {
     _held: Held,
     /// GRH traffic class set at RTR: the connection's (`QpCaps`), else `NCCL_IB_TC`.
     traffic_class: u8,
+    /// Most payload bytes a send may carry inline (what the device granted; 0: none).
+    max_inline: u32,
     // Drop order: the QP is destroyed (in Drop) before its CQ and PD go.
     cq: Arc<VerbsCq>,
     pd: Arc<PdInner>,
@@ -115,14 +129,20 @@ impl VerbsQp {
                 max_recv_wr: caps.max_recv_wr.clamp(1, max_wr),
                 max_send_sge: 1,
                 max_recv_sge: 1,
-                max_inline_data: 0,
+                max_inline_data: INLINE_WANT,
             },
             qp_type: sys::ibv_qp_type::IBV_QPT_RC,
             sq_sig_all: 0,
             ..Default::default()
         };
         // SAFETY: live PD and CQ; `init` is a live in/out parameter.
-        let qp = unsafe { sys::ibv_create_qp(pd.pd, &mut init) };
+        let mut qp = unsafe { sys::ibv_create_qp(pd.pd, &mut init) };
+        if qp.is_null() {
+            // A device without (that much) inline data: ask for none.
+            init.cap.max_inline_data = 0;
+            // SAFETY: as above.
+            qp = unsafe { sys::ibv_create_qp(pd.pd, &mut init) };
+        }
         if qp.is_null() {
             return Err(ffi::last_error(format!("{}: ibv_create_qp", pd.name)));
         }
@@ -140,10 +160,11 @@ impl VerbsQp {
         };
         hca.routes.add_qp(qpn, pd.events.clone());
         tracing::debug!(
-            "NET/HA verbs: {}: QP {qpn:#x} created, GID index {} ({:?})",
+            "NET/HA verbs: {}: QP {qpn:#x} created, GID index {} ({:?}), inline up to {} bytes",
             pd.name,
             gid.index,
-            gid.gid_type
+            gid.gid_type,
+            init.cap.max_inline_data
         );
         Ok(VerbsQp {
             qp,
@@ -155,9 +176,20 @@ impl VerbsQp {
             init_rd_atomic: rd(hca.attr.max_qp_init_rd_atom),
             _held: Held::new(Resource::Qp),
             traffic_class: caps.traffic_class.unwrap_or(pd.cfg.traffic_class),
+            // The provider writes back what it granted.
+            max_inline: init.cap.max_inline_data,
             cq,
             pd,
         })
+    }
+
+    /// Whether `w` goes inline: the plugin's own host memory, within the granted limit.
+    fn inlines(&self, w: &SendWr) -> bool {
+        let yes = w.inline && w.local.len > 0 && w.local.len as u64 <= u64::from(self.max_inline);
+        if yes {
+            INLINE_SENDS.fetch_add(1, Ordering::Relaxed);
+        }
+        yes
     }
 
     fn tracked(&self) -> QpState {
@@ -385,6 +417,15 @@ impl QueuePair for VerbsQp {
         if wrs.is_empty() {
             return Ok(());
         }
+        if crate::fabric::stages::enabled() {
+            let w = &wrs[0];
+            let op = match w.op {
+                SendOp::Write => 0u64,
+                SendOp::WriteWithImm(_) => 1,
+                SendOp::Read => 2,
+            };
+            crate::fabric::stages::mark("verbs_post", op << 32 | w.local.len as u64);
+        }
         let mut sges = Vec::with_capacity(wrs.len());
         for w in wrs {
             sges.push(Self::sge(w.local.addr, w.local.len, w.local.lkey)?);
@@ -400,11 +441,15 @@ impl QueuePair for VerbsQp {
                     std::ptr::null_mut()
                 },
                 num_sge: i32::from(w.local.len > 0),
-                send_flags: if w.signaled {
+                send_flags: (if w.signaled {
                     sys::ibv_send_flags::IBV_SEND_SIGNALED.0
                 } else {
                     0
-                },
+                }) | (if self.inlines(w) {
+                    sys::ibv_send_flags::IBV_SEND_INLINE.0
+                } else {
+                    0
+                }),
                 ..Default::default()
             };
             s.opcode = match w.op {

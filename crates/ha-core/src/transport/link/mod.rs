@@ -478,6 +478,7 @@ impl Link {
             remote_addr: remote,
             rkey,
             signaled: true,
+            inline: true,
         }])
     }
 

@@ -180,6 +180,7 @@ pub(super) fn wr(
         remote_addr: raddr as u64,
         rkey,
         signaled: true,
+        inline: false,
     }
 }
 
