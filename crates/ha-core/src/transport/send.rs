@@ -105,6 +105,33 @@ impl SendComm {
     /// Post `b` on path `p`; a failure to post is a failure of that path (the group stays
     /// posted in the machine and is replayed if the connection fails over).
     fn post(&mut self, p: usize, b: &SendBatch) {
+        if b.fast {
+            // One operation: the payload write carries the record in its immediate.
+            let w = &b.writes[0];
+            let path = self.link.path_mut(p);
+            let wr = SendWr {
+                wr_id: b.record_wr_id,
+                op: SendOp::WriteWithImm(b.imm()),
+                local: Sge {
+                    addr: w.local_addr as usize,
+                    len: w.len as usize,
+                    lkey: w.lkey,
+                },
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+                signaled: true,
+                inline: false,
+            };
+            if let Err(e) = path.post(&[wr]) {
+                let ev = self.link.path_error(
+                    p,
+                    crate::fabric::WcStatus::LocQpOpErr,
+                    format!("posting a payload write: {e}"),
+                );
+                self.on_event(ev);
+            }
+            return;
+        }
         let slot = b.slot();
         for (i, w) in b.record.iter().enumerate() {
             self.link.stage.words.store(slot * RECORD_WORDS + i, *w);

@@ -34,10 +34,15 @@ pub(super) enum Msg {
         rkey: u32,
         bytes: Vec<u8>,
     },
+    /// The completion record, or (`fast`) the immediate that is the record: the receive
+    /// completes with `imm` and `len` bytes and nothing lands in the record slot.
     Record {
         slot: usize,
         words: [u64; RECORD_WORDS],
         seq: u64,
+        imm: u32,
+        len: u32,
+        fast: bool,
     },
     Ack {
         seq: u64,
@@ -214,6 +219,13 @@ impl Sim {
             slot: b.slot(),
             words: b.record,
             seq: b.seq,
+            imm: b.imm(),
+            len: if b.fast {
+                b.writes[0].len as u32
+            } else {
+                RECORD_BYTES as u32
+            },
+            fast: b.fast,
         });
     }
 
@@ -234,11 +246,25 @@ impl Sim {
                 }
                 self.mem.get_mut(&addr).expect("buffer")[..bytes.len()].copy_from_slice(&bytes);
             }
-            Msg::Record { slot, words, seq } => {
-                for (i, w) in words.iter().enumerate() {
-                    self.records.store(slot * RECORD_WORDS + i, *w);
+            Msg::Record {
+                slot,
+                words,
+                seq,
+                imm,
+                len,
+                fast,
+            } => {
+                if !fast {
+                    for (i, w) in words.iter().enumerate() {
+                        self.records.store(slot * RECORD_WORDS + i, *w);
+                    }
                 }
-                self.r.on_completion(&completion(seq), &self.records);
+                let c = Completion {
+                    imm: Some(imm),
+                    byte_len: len,
+                    ..completion(seq)
+                };
+                self.r.on_completion(&c, &self.records);
                 self.wire.acks.push_back(Msg::Ack { seq });
             }
             _ => unreachable!(),

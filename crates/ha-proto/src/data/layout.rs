@@ -10,9 +10,13 @@
 //!   of the same sequence number; the sender only reads clear-to-sends of its own epoch.
 //! * **Completion records** (in the receiver, written by the sender's WRITE_WITH_IMM):
 //!   [`FIFO_DEPTH`] records of [`RECORD_WORDS`] words `{seq, nreqs | status << 32, sizes[8]}`.
-//!   The immediate carries the low 32 bits of `seq`.
-//! * **Immediates**: a data immediate is `seq & 0x7fff_ffff`; a control immediate has the top
-//!   bit set: `1 << 31 | mailbox slot << 24 | control sequence (24 bits)`.
+//!   The immediate carries the low 30 bits of `seq`. A send to a single receive that is not
+//!   truncated has no record: its one payload write is itself the WRITE_WITH_IMM, with a
+//!   *fast* immediate, and the receive's size is the completion's byte count (one operation
+//!   per message instead of two).
+//! * **Immediates**: a data immediate is `seq & 0x3fff_ffff`, with bit 30 set when it is fast
+//!   (the record is the immediate); a control immediate has the top bit set:
+//!   `1 << 31 | mailbox slot << 24 | control sequence (24 bits)`.
 //! * **Control mailbox** (after the FIFO in the sender's region, after the records in the
 //!   receiver's): [`MAILBOX_SLOTS`] messages of [`CTRL_WORDS`] words, written with
 //!   WRITE_WITH_IMM over whichever path is alive (switch handshake, re-arm, planned switch,
@@ -43,10 +47,25 @@ pub const SEND_REGION_WORDS: usize = CTS_FIFO_WORDS + MAILBOX_WORDS;
 /// Words of the receiver's remotely written region: completion records, then mailbox.
 pub const RECV_REGION_WORDS: usize = FIFO_DEPTH * RECORD_WORDS + MAILBOX_WORDS;
 const CTRL_BIT: u32 = 1 << 31;
+/// A data immediate with this bit carries the whole record (see the module doc).
+const FAST_BIT: u32 = 1 << 30;
+/// Bits of `seq` a data immediate carries.
+const SEQ_BITS: u64 = 0x3fff_ffff;
 
-/// The immediate of data sequence number `seq`.
+/// The immediate of data sequence number `seq` whose record is in the receiver's slot.
 pub fn data_imm(seq: u64) -> u32 {
-    (seq & 0x7fff_ffff) as u32
+    (seq & SEQ_BITS) as u32
+}
+
+/// The immediate of data sequence number `seq` sent without a record (a single receive; its
+/// size is the completion's byte count).
+pub fn fast_imm(seq: u64) -> u32 {
+    FAST_BIT | data_imm(seq)
+}
+
+/// Whether a data immediate is fast (carries the record itself).
+pub fn is_fast(imm: u32) -> bool {
+    imm & (CTRL_BIT | FAST_BIT) == FAST_BIT
 }
 
 /// Control immediate for mailbox `slot`, control sequence `n`.

@@ -3,8 +3,8 @@
 //! completion whose sequence number is not pending (already done) is dropped and counted.
 
 use super::layout::{
-    cts_word, data_imm, decode_wr_id, encode_cts, read_record, wr_id, CtsEntry, SharedWords,
-    WrKind, CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
+    cts_word, data_imm, decode_wr_id, encode_cts, fast_imm, is_fast, read_record, wr_id, CtsEntry,
+    SharedWords, WrKind, CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
 };
 use super::{ProtoError, ReqId, Slab};
 use crate::rc::{Completion, WcStatus};
@@ -206,13 +206,32 @@ impl RecvSide {
             self.duplicates += 1;
             return;
         };
-        if data_imm(*seq) != imm {
+        let fast = is_fast(imm);
+        let expected = if fast { fast_imm(*seq) } else { data_imm(*seq) };
+        if expected != imm {
             self.duplicates += 1;
             return;
         }
         let seq = *seq;
         let caps: Vec<u64> = entries.iter().map(|e| e.size).collect();
         self.delivered = self.delivered.max(seq);
+        if fast {
+            // No record: a single receive, whose size is the bytes the write carried.
+            let got = u64::from(c.byte_len);
+            let next = if caps.len() != 1 {
+                State::Failed(ProtoError::CorruptRecord {
+                    what: "came in the immediate for a multi-receive",
+                })
+            } else if got > caps[0] {
+                State::Failed(ProtoError::CorruptRecord {
+                    what: "reports more bytes than the buffer holds",
+                })
+            } else {
+                State::Done(vec![got])
+            };
+            *self.reqs.get_mut(id).expect("live") = next;
+            return;
+        }
         let rec = read_record(records, slot);
         let next = if rec.seq != seq {
             State::Failed(ProtoError::CorruptRecord {

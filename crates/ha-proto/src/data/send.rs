@@ -30,13 +30,18 @@ pub struct DataWrite {
 
 /// Everything to post once all sends of a (multi-)receive are matched: the payload writes,
 /// then one signaled WRITE_WITH_IMM of `record` into the receiver's record slot `seq % 32`
-/// with immediate [`super::layout::data_imm`]`(seq)`.
+/// with immediate [`super::layout::data_imm`]`(seq)`. When `fast`, there is exactly one
+/// payload write and no record: that write itself is posted as the signaled WRITE_WITH_IMM,
+/// with `record_wr_id` and immediate [`super::layout::fast_imm`]`(seq)`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SendBatch {
     pub seq: u64,
     pub writes: Vec<DataWrite>,
     pub record: [u64; RECORD_WORDS],
     pub record_wr_id: u64,
+    /// The record travels in the immediate (a single receive, one non-empty payload write of
+    /// at most `u32::MAX` bytes, not truncated).
+    pub fast: bool,
 }
 
 impl SendBatch {
@@ -44,7 +49,11 @@ impl SendBatch {
         (self.seq % FIFO_DEPTH as u64) as usize
     }
     pub fn imm(&self) -> u32 {
-        super::layout::data_imm(self.seq)
+        if self.fast {
+            super::layout::fast_imm(self.seq)
+        } else {
+            super::layout::data_imm(self.seq)
+        }
     }
 }
 
@@ -253,11 +262,16 @@ impl SendSide {
             status: 0,
             sizes,
         });
+        let fast = entries.len() == 1
+            && writes.len() == 1
+            && sizes[0] != SIZE_TRUNCATED
+            && sizes[0] <= u64::from(u32::MAX);
         SendBatch {
             seq,
             writes,
             record,
             record_wr_id: wr_id(WrKind::Record, seq, 0),
+            fast,
         }
     }
 

@@ -39,6 +39,14 @@ impl Wire {
             let dst = self.mem.get_mut(&w.remote_addr).expect("remote buffer");
             dst[..data.len()].copy_from_slice(data);
         }
+        if b.fast {
+            // The record is the immediate: nothing lands in the slot.
+            return Completion {
+                imm: Some(b.imm()),
+                byte_len: b.writes[0].len as u32,
+                ..recv_completion(b.seq)
+            };
+        }
         for (i, w) in b.record.iter().enumerate() {
             self.records.store(b.slot() * RECORD_WORDS + i, *w);
         }
@@ -84,6 +92,81 @@ fn args(addr: u64, size: u64, tag: i32) -> SendArgs {
         tag,
         lkey: 3,
     }
+}
+
+/// A send to a single receive is one operation: its payload write carries the record in a
+/// fast immediate, nothing lands in the record slot, and the receive's size is the byte
+/// count of the completion. A multi-receive, a truncated send and an empty send keep the
+/// record.
+#[test]
+fn a_single_receive_gets_one_operation_and_its_size_from_the_byte_count() {
+    let mut w = Wire::new();
+    let mut r = RecvSide::new();
+    let mut s = SendSide::new();
+    w.mem.insert(0x1000, vec![0; 100]);
+    let (rid, post) = r.post(&[entry(0x1000, 100, 7)]).unwrap().unwrap();
+    w.deliver_cts(&post);
+    let mut src = HashMap::new();
+    src.insert(0x9000, vec![0xab; 60]);
+    let (sid, b) = s.isend(&w.fifo, args(0x9000, 60, 7)).unwrap().unwrap();
+    let b = b.unwrap();
+    assert!(b.fast, "one receive, not truncated: one operation");
+    assert_eq!(b.writes.len(), 1);
+    assert_eq!(b.imm(), fast_imm(b.seq));
+    assert!(is_fast(b.imm()) && ctrl_slot(b.imm()).is_none());
+    let c = w.deliver_batch(&b, &src);
+    assert_eq!(c.byte_len, 60);
+    assert!(
+        (0..RECORD_WORDS).all(|i| w.records.load(b.slot() * RECORD_WORDS + i) == 0),
+        "no record was written"
+    );
+    r.on_completion(&c, &w.records);
+    assert_eq!(r.test(rid).unwrap(), Some(vec![60]));
+    assert!(w.mem[&0x1000][..60].iter().all(|&x| x == 0xab));
+    s.on_completion(&send_completion(&b, WcStatus::Success));
+    assert_eq!(s.test(sid).unwrap(), Some(60));
+    // A replayed fast immediate of a receive already delivered is a duplicate.
+    r.on_completion(&c, &w.records);
+    assert_eq!(r.duplicates(), 1);
+
+    // More bytes than the buffer holds in a fast immediate: a corrupt record, not a delivery.
+    w.mem.insert(0x2000, vec![0; 10]);
+    let (rid2, post) = r.post(&[entry(0x2000, 10, 8)]).unwrap().unwrap();
+    w.deliver_cts(&post);
+    let (_, b2) = s.isend(&w.fifo, args(0x9000, 10, 8)).unwrap().unwrap();
+    let b2 = b2.unwrap();
+    assert!(b2.fast);
+    let c2 = Completion {
+        byte_len: 11,
+        ..w.deliver_batch(&b2, &src)
+    };
+    r.on_completion(&c2, &w.records);
+    assert!(matches!(
+        r.test(rid2),
+        Err(ProtoError::CorruptRecord { .. })
+    ));
+
+    // Truncated and empty sends keep the record.
+    let mut w = Wire::new();
+    let mut r = RecvSide::new();
+    let mut s = SendSide::new();
+    w.mem.insert(0x1000, vec![0; 4]);
+    w.mem.insert(0x3000, vec![0; 4]);
+    let (_, post) = r.post(&[entry(0x1000, 4, 1)]).unwrap().unwrap();
+    w.deliver_cts(&post);
+    let (_, b) = s.isend(&w.fifo, args(0x9000, 8, 1)).unwrap().unwrap();
+    assert!(
+        !b.unwrap().fast,
+        "a truncated send needs the record to say so"
+    );
+    let (_, post) = r.post(&[entry(0x3000, 4, 2)]).unwrap().unwrap();
+    w.deliver_cts(&post);
+    let (_, b) = s.isend(&w.fifo, args(0x9000, 0, 2)).unwrap().unwrap();
+    let b = b.unwrap();
+    assert!(
+        !b.fast && b.writes.is_empty(),
+        "an empty send has no write to carry it"
+    );
 }
 
 #[test]

@@ -378,14 +378,21 @@ fn plain_writes_are_left_to_the_sender_thread() {
         );
     }
     assert_eq!(inline_stats().0, before, "a plain WRITE went inline");
-    b.qp.post_recv(9).unwrap();
-    assert_eq!(
-        statuses(&post(21, SendOp::WriteWithImm(5))),
-        vec![(21, WcStatus::Success)]
-    );
+    // A message end goes inline when the posting thread finds the stream free: the sender
+    // thread may hold it for a moment (a loaded host deschedules it there), so a few tries.
+    let mut tries = 0;
+    while inline_stats().0 == before && tries < 50 {
+        b.qp.post_recv(9 + tries).unwrap();
+        let id = 21 + tries;
+        assert_eq!(
+            statuses(&post(id, SendOp::WriteWithImm(5))),
+            vec![(id, WcStatus::Success)]
+        );
+        assert_eq!(b.wait(1)[0].imm, Some(5));
+        tries += 1;
+    }
     assert!(
         inline_stats().0 > before,
-        "a WRITE_WITH_IMM did not go inline"
+        "no WRITE_WITH_IMM went inline in {tries} posts"
     );
-    assert_eq!(b.wait(1)[0].imm, Some(5));
 }
