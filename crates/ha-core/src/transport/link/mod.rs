@@ -328,7 +328,11 @@ impl Link {
             .into_iter()
             .map(|(i, c)| self.classify(i, c))
             .collect();
-        events.push(self.tick());
+        // Nothing to say is the common case: no allocation for it (this runs per `test()`).
+        let ev = self.tick();
+        if !matches!(ev, Event::Nothing) {
+            events.push(ev);
+        }
         self.publish();
         events
     }
@@ -338,17 +342,13 @@ impl Link {
     /// which path: devices number their queue pairs independently.
     pub fn poll(&mut self, max: usize) -> Vec<(Option<usize>, Completion)> {
         let mut out = Vec::new();
+        // Borrowed, not collected: this runs per `test()`, mostly to find nothing.
         let inboxes = self
             .paths
             .iter()
             .enumerate()
-            .filter_map(|(i, p)| p.as_ref().map(|p| (Some(i), p.route.inbox.clone())))
-            .chain(
-                self.rearm
-                    .as_ref()
-                    .map(|r| (None, r.path.route.inbox.clone())),
-            )
-            .collect::<Vec<_>>();
+            .filter_map(|(i, p)| p.as_ref().map(|p| (Some(i), &p.route.inbox)))
+            .chain(self.rearm.as_ref().map(|r| (None, &r.path.route.inbox)));
         for (i, inbox) in inboxes {
             while out.len() < max {
                 match inbox.pop() {
