@@ -286,7 +286,7 @@ fn dmabuf_is_registered_on_both_paths_inside_the_call_and_never_kept() {
     );
     let rkey1 = dmabuf_rkey(&c, 1, dst.addr());
     assert!(
-        after.iter().any(|x| matches!(x, Call::Post { dev: 1, op: SendOp::Write, remote_addr, rkey, .. } if *remote_addr == dst.addr() as u64 && *rkey == rkey1)),
+        after.iter().any(|x| matches!(x, Call::Post { dev: 1, op: SendOp::Write | SendOp::WriteWithImm(_), remote_addr, rkey, .. } if *remote_addr == dst.addr() as u64 && *rkey == rkey1)),
         "the sender wrote through device 1 with the standby registration's key"
     );
     // deregMr drops NCCL's handle; the connection still holds the buffer's registration
