@@ -339,6 +339,38 @@ fn staged_writes_go_inline_and_need_no_local_key() {
     );
 }
 
+/// The receiver of a message takes its size from the receive completion's byte count (one
+/// operation per message): for a WRITE_WITH_IMM of many packets it is the whole write.
+#[test]
+fn write_with_imm_reports_the_whole_length_of_a_multi_packet_write() {
+    let rig = rig_or_skip!("write_with_imm_reports_the_whole_length_of_a_multi_packet_write");
+    let f = open(&data_cfg());
+    let (x, y) = connect(&f, dev_index(&f, &rig.a.0.dev), dev_index(&f, &rig.a.1.dev));
+    const LEN: usize = (1 << 20) + 123;
+    let mut src = pattern(LEN, 5);
+    let mut dst = vec![0u8; LEN];
+    let smr = x.reg(&mut src, Access::LOCAL_WRITE);
+    let dmr = y.reg(&mut dst, Access::REMOTE_WRITE);
+    y.qp.post_recv(700).unwrap();
+    let w = write(
+        7,
+        SendOp::WriteWithImm(0x4000_0007),
+        &src,
+        &*smr,
+        dst.as_ptr() as u64,
+        dmr.keys().rkey,
+    );
+    x.qp.post_send(&[w]).unwrap();
+    let r = y.wait(1, SHORT);
+    assert_eq!(
+        (r[0].wr_id, r[0].status, r[0].imm, r[0].byte_len as usize),
+        (700, WcStatus::Success, Some(0x4000_0007), LEN)
+    );
+    assert!(dst == src);
+    let s = x.wait(1, SHORT);
+    assert_eq!((s[0].wr_id, s[0].status), (7, WcStatus::Success));
+}
+
 #[test]
 fn read_pulls_remote_bytes() {
     let rig = rig_or_skip!("read_pulls_remote_bytes");

@@ -5,7 +5,8 @@
 //! re-keyed ones (the sender fences later than the receiver); then the switch handshake runs
 //! over the new path (re-posted clear-to-sends, `Switch{H}`) and the sender replays. Up to 48
 //! (multi-)receives of 1..=8 buffers, sizes from 0, so FIFO slots are reused; sequence numbers
-//! start at 1 or just below the immediate's (2^31) or the work-request id's (2^48) wrap-around.
+//! start at 1 or just below the immediate's (2^30 sequence bits; 2^31 crosses that wrap too) or
+//! the work-request id's (2^48) wrap-around.
 //! Checked: every request completes exactly once with the right size, every buffer holds
 //! exactly its bytes, nothing is written into a buffer after its receive completed, and each
 //! path only ever sees keys valid on that path.

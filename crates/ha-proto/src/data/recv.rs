@@ -222,6 +222,12 @@ impl RecvSide {
                 State::Failed(ProtoError::CorruptRecord {
                     what: "came in the immediate for a multi-receive",
                 })
+            } else if got == 0 {
+                // A fast send is never empty: a device that reports no byte count must not
+                // make NCCL see an empty receive (and skip its flush).
+                State::Failed(ProtoError::CorruptRecord {
+                    what: "came in the immediate with no bytes",
+                })
             } else if got > caps[0] {
                 State::Failed(ProtoError::CorruptRecord {
                     what: "reports more bytes than the buffer holds",

@@ -270,7 +270,8 @@ impl SendSide {
             seq,
             writes,
             record,
-            record_wr_id: wr_id(WrKind::Record, seq, 0),
+            // Index 1: the record travels with the payload (errors name a payload write).
+            record_wr_id: wr_id(WrKind::Record, seq, u8::from(fast)),
             fast,
         }
     }
@@ -376,10 +377,11 @@ impl SendSide {
 
     /// Apply one completion of this connection's active path.
     pub fn on_completion(&mut self, c: &Completion) {
-        let (kind, seq, _) = super::layout::decode_wr_id(c.wr_id);
+        let (kind, seq, index) = super::layout::decode_wr_id(c.wr_id);
         if c.status != WcStatus::Success {
             let what = match kind {
                 Some(WrKind::Data) => "payload RDMA write",
+                Some(WrKind::Record) if index == 1 => "payload RDMA write (with its record)",
                 Some(WrKind::Record) => "completion-record write",
                 Some(WrKind::Probe) => "keep-alive probe of the peer",
                 _ => "send work request",

@@ -146,6 +146,24 @@ fn a_single_receive_gets_one_operation_and_its_size_from_the_byte_count() {
         Err(ProtoError::CorruptRecord { .. })
     ));
 
+    // A fast immediate with no bytes (a device that reports no byte count) is not an empty
+    // delivery.
+    w.mem.insert(0x4000, vec![0; 10]);
+    let (rid3, post) = r.post(&[entry(0x4000, 10, 9)]).unwrap().unwrap();
+    w.deliver_cts(&post);
+    let (_, b3) = s.isend(&w.fifo, args(0x9000, 10, 9)).unwrap().unwrap();
+    let b3 = b3.unwrap();
+    assert!(b3.fast);
+    let c3 = Completion {
+        byte_len: 0,
+        ..w.deliver_batch(&b3, &src)
+    };
+    r.on_completion(&c3, &w.records);
+    assert!(matches!(
+        r.test(rid3),
+        Err(ProtoError::CorruptRecord { .. })
+    ));
+
     // Truncated and empty sends keep the record.
     let mut w = Wire::new();
     let mut r = RecvSide::new();
@@ -317,7 +335,8 @@ fn error_completion_fails_the_tested_request_and_later_calls() {
         e,
         ProtoError::Failed {
             status: WcStatus::RetryExcErr,
-            what: "completion-record write"
+            // A single receive: the message's one operation, payload and record together.
+            what: "payload RDMA write (with its record)"
         }
     );
     assert_eq!(e.class(), super::ErrorClass::Remote);

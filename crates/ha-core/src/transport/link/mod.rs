@@ -374,7 +374,7 @@ impl Link {
             return Event::Nothing;
         };
         let recv = is_recv(&c);
-        let kind = decode_wr_id(c.wr_id).0;
+        let (kind, _, index) = decode_wr_id(c.wr_id);
         let path = self.path_mut(i);
         let fenced = path.health == Health::Failed;
         let unverified = path.health == Health::Unverified;
@@ -401,6 +401,8 @@ impl Link {
             }
             let what = match kind {
                 Some(WrKind::Data) => "payload write",
+                // Index 1: the message's one operation (payload and record together).
+                Some(WrKind::Record) if index == 1 => "payload write",
                 Some(WrKind::Record) => "completion-record write",
                 Some(WrKind::Cts) => "clear-to-send write",
                 Some(WrKind::Probe) => "probe",
