@@ -85,7 +85,7 @@ fn connect(qp: &QpShared) -> Option<Counted<TcpStream>> {
                     return None;
                 }
                 if Instant::now() >= deadline {
-                    tracing::debug!("sock: qp {} cannot connect to {dst}: {e}", qp.qpn);
+                    tracing::info!("sock: qp {} cannot connect to {dst}: {e}", qp.qpn);
                     qp.link_failed();
                     return None;
                 }
