@@ -9,7 +9,7 @@ use super::link::{Drain, Event, Link, Phase};
 use super::mr::MrHandle;
 use crate::fabric::{SendOp, SendWr, Sge};
 use ha_proto::data::layout::{CtrlKind, CtrlMsg, FIFO_DEPTH, RECORD_BYTES, RECORD_WORDS};
-use ha_proto::data::send::{SendArgs, SendBatch, SendSide};
+use ha_proto::data::send::{DataWrite, SendArgs, SendBatch, SendSide};
 use ha_proto::data::ReqId;
 use std::sync::Arc;
 
@@ -105,72 +105,36 @@ impl SendComm {
     /// Post `b` on path `p`; a failure to post is a failure of that path (the group stays
     /// posted in the machine and is replayed if the connection fails over).
     fn post(&mut self, p: usize, b: &SendBatch) {
-        if b.fast {
+        let wrs: Vec<SendWr> = if b.fast {
             // One operation: the payload write carries the record in its immediate.
-            let w = &b.writes[0];
-            let path = self.link.path_mut(p);
-            let wr = SendWr {
+            vec![SendWr {
+                wr_id: b.record_wr_id,
+                op: SendOp::WriteWithImm(b.imm()),
+                signaled: true,
+                ..payload_wr(&b.writes[0])
+            }]
+        } else {
+            let slot = b.slot();
+            for (i, w) in b.record.iter().enumerate() {
+                self.link.stage.words.store(slot * RECORD_WORDS + i, *w);
+            }
+            let mut wrs: Vec<SendWr> = b.writes.iter().map(payload_wr).collect();
+            wrs.push(SendWr {
                 wr_id: b.record_wr_id,
                 op: SendOp::WriteWithImm(b.imm()),
                 local: Sge {
-                    addr: w.local_addr as usize,
-                    len: w.len as usize,
-                    lkey: w.lkey,
+                    addr: self.link.stage.addr() + slot * RECORD_BYTES,
+                    len: RECORD_BYTES,
+                    lkey: self.link.stage.keys(p).lkey,
                 },
-                remote_addr: w.remote_addr,
-                rkey: w.rkey,
+                remote_addr: self.link.peer_addr + (slot * RECORD_BYTES) as u64,
+                rkey: self.link.path(p).peer_rkey,
                 signaled: true,
-                inline: false,
-            };
-            if let Err(e) = path.post(&[wr]) {
-                let ev = self.link.path_error(
-                    p,
-                    crate::fabric::WcStatus::LocQpOpErr,
-                    format!("posting a payload write: {e}"),
-                );
-                self.on_event(ev);
-            }
-            return;
-        }
-        let slot = b.slot();
-        for (i, w) in b.record.iter().enumerate() {
-            self.link.stage.words.store(slot * RECORD_WORDS + i, *w);
-        }
-        let stage_lkey = self.link.stage.keys(p).lkey;
-        let stage_addr = self.link.stage.addr();
-        let peer = self.link.peer_addr;
-        let path = self.link.path_mut(p);
-        let mut wrs: Vec<SendWr> = b
-            .writes
-            .iter()
-            .map(|w| SendWr {
-                wr_id: w.wr_id,
-                op: SendOp::Write,
-                local: Sge {
-                    addr: w.local_addr as usize,
-                    len: w.len as usize,
-                    lkey: w.lkey,
-                },
-                remote_addr: w.remote_addr,
-                rkey: w.rkey,
-                signaled: false,
-                inline: false,
-            })
-            .collect();
-        wrs.push(SendWr {
-            wr_id: b.record_wr_id,
-            op: SendOp::WriteWithImm(b.imm()),
-            local: Sge {
-                addr: stage_addr + slot * RECORD_BYTES,
-                len: RECORD_BYTES,
-                lkey: stage_lkey,
-            },
-            remote_addr: peer + (slot * RECORD_BYTES) as u64,
-            rkey: path.peer_rkey,
-            signaled: true,
-            inline: true,
-        });
-        if let Err(e) = path.post(&wrs) {
+                inline: true,
+            });
+            wrs
+        };
+        if let Err(e) = self.link.path_mut(p).post(&wrs) {
             let ev = self.link.path_error(
                 p,
                 crate::fabric::WcStatus::LocQpOpErr,
@@ -365,5 +329,22 @@ impl SendComm {
 impl Drop for SendComm {
     fn drop(&mut self) {
         self.link.report(0);
+    }
+}
+
+/// The unsignaled RDMA WRITE of one payload (NCCL's memory: never inline).
+fn payload_wr(w: &DataWrite) -> SendWr {
+    SendWr {
+        wr_id: w.wr_id,
+        op: SendOp::Write,
+        local: Sge {
+            addr: w.local_addr as usize,
+            len: w.len as usize,
+            lkey: w.lkey,
+        },
+        remote_addr: w.remote_addr,
+        rkey: w.rkey,
+        signaled: false,
+        inline: false,
     }
 }

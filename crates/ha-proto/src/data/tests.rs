@@ -94,6 +94,22 @@ fn args(addr: u64, size: u64, tag: i32) -> SendArgs {
     }
 }
 
+/// One receive of `cap` bytes at `addr` (tag `tag`), its clear-to-send landed, matched by a
+/// send of `size` bytes from 0x9000: the receive, the send and the batch to post.
+fn one_to_one(
+    w: &mut Wire,
+    r: &mut RecvSide,
+    s: &mut SendSide,
+    (addr, cap, tag): (u64, u64, i32),
+    size: u64,
+) -> (ReqId, ReqId, SendBatch) {
+    w.mem.insert(addr, vec![0; cap as usize]);
+    let (rid, post) = r.post(&[entry(addr, cap, tag)]).unwrap().unwrap();
+    w.deliver_cts(&post);
+    let (sid, b) = s.isend(&w.fifo, args(0x9000, size, tag)).unwrap().unwrap();
+    (rid, sid, b.unwrap())
+}
+
 /// A send to a single receive is one operation: its payload write carries the record in a
 /// fast immediate, nothing lands in the record slot, and the receive's size is the byte
 /// count of the completion. A multi-receive, a truncated send and an empty send keep the
@@ -103,13 +119,9 @@ fn a_single_receive_gets_one_operation_and_its_size_from_the_byte_count() {
     let mut w = Wire::new();
     let mut r = RecvSide::new();
     let mut s = SendSide::new();
-    w.mem.insert(0x1000, vec![0; 100]);
-    let (rid, post) = r.post(&[entry(0x1000, 100, 7)]).unwrap().unwrap();
-    w.deliver_cts(&post);
     let mut src = HashMap::new();
     src.insert(0x9000, vec![0xab; 60]);
-    let (sid, b) = s.isend(&w.fifo, args(0x9000, 60, 7)).unwrap().unwrap();
-    let b = b.unwrap();
+    let (rid, sid, b) = one_to_one(&mut w, &mut r, &mut s, (0x1000, 100, 7), 60);
     assert!(b.fast, "one receive, not truncated: one operation");
     assert_eq!(b.writes.len(), 1);
     assert_eq!(b.imm(), fast_imm(b.seq));
@@ -129,58 +141,26 @@ fn a_single_receive_gets_one_operation_and_its_size_from_the_byte_count() {
     r.on_completion(&c, &w.records);
     assert_eq!(r.duplicates(), 1);
 
-    // More bytes than the buffer holds in a fast immediate: a corrupt record, not a delivery.
-    w.mem.insert(0x2000, vec![0; 10]);
-    let (rid2, post) = r.post(&[entry(0x2000, 10, 8)]).unwrap().unwrap();
-    w.deliver_cts(&post);
-    let (_, b2) = s.isend(&w.fifo, args(0x9000, 10, 8)).unwrap().unwrap();
-    let b2 = b2.unwrap();
-    assert!(b2.fast);
-    let c2 = Completion {
-        byte_len: 11,
-        ..w.deliver_batch(&b2, &src)
-    };
-    r.on_completion(&c2, &w.records);
-    assert!(matches!(
-        r.test(rid2),
-        Err(ProtoError::CorruptRecord { .. })
-    ));
-
-    // A fast immediate with no bytes (a device that reports no byte count) is not an empty
-    // delivery.
-    w.mem.insert(0x4000, vec![0; 10]);
-    let (rid3, post) = r.post(&[entry(0x4000, 10, 9)]).unwrap().unwrap();
-    w.deliver_cts(&post);
-    let (_, b3) = s.isend(&w.fifo, args(0x9000, 10, 9)).unwrap().unwrap();
-    let b3 = b3.unwrap();
-    assert!(b3.fast);
-    let c3 = Completion {
-        byte_len: 0,
-        ..w.deliver_batch(&b3, &src)
-    };
-    r.on_completion(&c3, &w.records);
-    assert!(matches!(
-        r.test(rid3),
-        Err(ProtoError::CorruptRecord { .. })
-    ));
+    // More bytes than the buffer holds in a fast immediate, and no bytes at all (a device that
+    // reports no byte count): a corrupt record, not a delivery.
+    for (addr, tag, byte_len) in [(0x2000, 8, 11), (0x4000, 9, 0)] {
+        let (rid, _, b) = one_to_one(&mut w, &mut r, &mut s, (addr, 10, tag), 10);
+        assert!(b.fast);
+        let c = Completion {
+            byte_len,
+            ..w.deliver_batch(&b, &src)
+        };
+        r.on_completion(&c, &w.records);
+        assert!(matches!(r.test(rid), Err(ProtoError::CorruptRecord { .. })));
+    }
 
     // Truncated and empty sends keep the record.
     let mut w = Wire::new();
     let mut r = RecvSide::new();
     let mut s = SendSide::new();
-    w.mem.insert(0x1000, vec![0; 4]);
-    w.mem.insert(0x3000, vec![0; 4]);
-    let (_, post) = r.post(&[entry(0x1000, 4, 1)]).unwrap().unwrap();
-    w.deliver_cts(&post);
-    let (_, b) = s.isend(&w.fifo, args(0x9000, 8, 1)).unwrap().unwrap();
-    assert!(
-        !b.unwrap().fast,
-        "a truncated send needs the record to say so"
-    );
-    let (_, post) = r.post(&[entry(0x3000, 4, 2)]).unwrap().unwrap();
-    w.deliver_cts(&post);
-    let (_, b) = s.isend(&w.fifo, args(0x9000, 0, 2)).unwrap().unwrap();
-    let b = b.unwrap();
+    let (_, _, b) = one_to_one(&mut w, &mut r, &mut s, (0x1000, 4, 1), 8);
+    assert!(!b.fast, "a truncated send needs the record to say so");
+    let (_, _, b) = one_to_one(&mut w, &mut r, &mut s, (0x3000, 4, 2), 0);
     assert!(
         !b.fast && b.writes.is_empty(),
         "an empty send has no write to carry it"

@@ -23,7 +23,7 @@ use ranks::{role_recv, role_send};
 use topo::{netns_available, Topo};
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -421,9 +421,7 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
     }
     if let Err(e) = outcome {
         // The whole log of a failed drill stays for diagnosis (its path is in the error).
-        let kept =
-            std::env::temp_dir().join(format!("ha-netns-failed-{}-{i}.log", std::process::id()));
-        let _ = std::fs::write(&kept, log.join("\n"));
+        let kept = keep_log("failed", i, &log);
         let tail: Vec<&String> = log
             .iter()
             .filter(|l| l.contains("HA NET") || l.contains("FAIL") || l.contains("panicked"))
@@ -480,11 +478,7 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
     if lost > 0 {
         // A false standby loss is what ends a drill when the next cut follows it: keep the
         // evidence of one that did not.
-        let kept = std::env::temp_dir().join(format!(
-            "ha-netns-standby-lost-{}-{i}.log",
-            std::process::id()
-        ));
-        let _ = std::fs::write(&kept, log.join("\n"));
+        let kept = keep_log("standby-lost", i, &log);
         eprintln!(
             "drill {i}: {lost} false standby loss(es): log kept in {}",
             kept.display()
@@ -499,6 +493,13 @@ fn drill(i: usize, far: bool, pause: bool) -> Result<DrillResult, String> {
         paused,
         cuts: plan.cuts.clone(),
     })
+}
+
+/// Write drill `i`'s whole log to `<tmp>/ha-netns-<what>-<pid>-<i>.log` and return the path.
+fn keep_log(what: &str, i: usize, log: &[String]) -> PathBuf {
+    let kept = std::env::temp_dir().join(format!("ha-netns-{what}-{}-{i}.log", std::process::id()));
+    let _ = std::fs::write(&kept, log.join("\n"));
+    kept
 }
 
 /// The sum of numeric field `key` over every connection's closing line in `who`'s stats file.

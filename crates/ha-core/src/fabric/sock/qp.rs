@@ -290,12 +290,12 @@ impl QueuePair for SockQp {
             QpState::Rts | QpState::Err => {}
             _ => return Err(self.bad_state("post_send")),
         }
-        crate::fabric::stages::mark(
-            "sock_post",
-            wrs.first().map_or(0, |w| {
+        if crate::fabric::stages::enabled() {
+            let v = wrs.first().map_or(0, |w| {
                 u64::from(matches!(w.op, SendOp::WriteWithImm(_))) << 32 | w.local.len as u64
-            }),
-        );
+            });
+            crate::fabric::stages::mark("sock_post", v);
+        }
         let mut inline = None;
         let cause = {
             let mut sq = s.sq.lock();

@@ -185,11 +185,7 @@ impl VerbsQp {
 
     /// Whether `w` goes inline: the plugin's own host memory, within the granted limit.
     fn inlines(&self, w: &SendWr) -> bool {
-        let yes = w.inline && w.local.len > 0 && w.local.len as u64 <= u64::from(self.max_inline);
-        if yes {
-            INLINE_SENDS.fetch_add(1, Ordering::Relaxed);
-        }
-        yes
+        w.inline && w.local.len > 0 && w.local.len as u64 <= u64::from(self.max_inline)
     }
 
     fn tracked(&self) -> QpState {
@@ -446,6 +442,7 @@ impl QueuePair for VerbsQp {
                 } else {
                     0
                 }) | (if self.inlines(w) {
+                    INLINE_SENDS.fetch_add(1, Ordering::Relaxed);
                     sys::ibv_send_flags::IBV_SEND_INLINE.0
                 } else {
                     0
