@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 /// How long an accepted stream may take to send its hello.
 pub const HELLO_WAIT: Duration = Duration::from_secs(2);
+/// A listener turn starting this much later than it meant to was not running in between.
+const LATE_SLACK: Duration = Duration::from_millis(100);
 /// Streams waiting for their hello, per listener, at most.
 pub const MAX_PENDING: usize = 128;
 
@@ -110,6 +112,37 @@ impl PendingSet {
         PENDING.fetch_sub(1, Ordering::SeqCst);
         self.0.remove(i)
     }
+
+    /// The listener was not running for `late` (this process stopped, or starved of CPU):
+    /// every wait is extended by that much — a timer that fires late because this process was
+    /// not running is no stream's fault.
+    fn postpone(&mut self, late: Duration) {
+        if late.is_zero() {
+            return;
+        }
+        for p in &mut self.0 {
+            p.deadline += late;
+        }
+    }
+
+    /// Streams whose wait ended at `now`: each gets one last read first (its hello may be
+    /// sitting in the socket, unread because this thread was not running); those whose hello
+    /// is complete are returned for hand-over, the others are closed.
+    fn expire(&mut self, now: Instant) -> Vec<Pending> {
+        let mut done = Vec::new();
+        let mut i = 0;
+        while i < self.0.len() {
+            if self.0[i].deadline > now {
+                i += 1;
+                continue;
+            }
+            let mut p = self.remove(i);
+            if let HelloRead::Done = read_hello(&mut p) {
+                done.push(p);
+            }
+        }
+        done
+    }
 }
 
 impl Drop for PendingSet {
@@ -153,16 +186,16 @@ fn read_hello(p: &mut Pending) -> HelloRead {
 fn listen_loop(l: Counted<TcpListener>, pd: Arc<PdShared>, stop: Arc<AtomicBool>) {
     let mut pending = PendingSet::default();
     let mut fds: Vec<libc::pollfd> = Vec::new();
+    // When the previous turn started and how long it meant to wait: a turn that starts much
+    // later was not running (a stopped or starved process), which no stream is to blame for.
+    let mut prev: Option<(Instant, Duration)> = None;
     while !stop.load(Ordering::SeqCst) {
         let now = Instant::now();
-        // Expired waits go first.
-        let mut i = 0;
-        while i < pending.0.len() {
-            if pending.0[i].deadline <= now {
-                drop(pending.remove(i));
-            } else {
-                i += 1;
-            }
+        if let Some((top, wait)) = prev {
+            pending.postpone(now.saturating_duration_since(top + wait + LATE_SLACK));
+        }
+        for p in pending.expire(now) {
+            hand_over(p, &pd);
         }
         fds.clear();
         fds.push(libc::pollfd {
@@ -184,6 +217,7 @@ fn listen_loop(l: Counted<TcpListener>, pd: Arc<PdShared>, stop: Arc<AtomicBool>
             .unwrap_or(Duration::MAX)
             .min(Duration::from_millis(200));
         let ms = wait.as_millis().clamp(1, 200) as libc::c_int;
+        prev = Some((now, Duration::from_millis(ms as u64)));
         if net::poll_many(&mut fds, ms).is_err() {
             std::thread::sleep(Duration::from_millis(10));
             continue;
@@ -267,5 +301,84 @@ fn hand_over(p: Pending, pd: &PdShared) {
             }
         }
         None => tracing::debug!("sock: stream for unknown qp {}", hello.target_qpn),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A stream accepted on loopback whose client wrote `bytes`; the client end is returned
+    /// too (kept open).
+    fn accepted(bytes: &[u8], deadline: Instant) -> (Pending, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        c.write_all(bytes).unwrap();
+        let (s, _) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        // The bytes are in the server's socket before the listener looks (loopback).
+        let mut peek = [0u8; 1];
+        if !bytes.is_empty() {
+            s.set_nonblocking(false).unwrap();
+            s.peek(&mut peek).unwrap();
+            s.set_nonblocking(true).unwrap();
+        }
+        let p = Pending {
+            s: counters::socket(s),
+            hello: [0; HELLO_LEN],
+            got: 0,
+            deadline,
+        };
+        (p, c)
+    }
+
+    /// #13 (a paused receiver lost a re-arm's stream): the listener accepted a stream, then
+    /// the process was stopped past the stream's wait; on waking it closed the stream unread,
+    /// although the whole hello had arrived meanwhile. A wait that ended is now given one last
+    /// read: a complete hello is handed over, a silent stranger is still closed.
+    #[test]
+    fn an_ended_wait_reads_the_hello_that_arrived_before_closing() {
+        let _l = crate::fabric::sock::tests::TEST_LOCK.read();
+        let hello = Hello {
+            target_qpn: 7,
+            source_qpn: 9,
+            target_nonce: 0x1234,
+        }
+        .encode();
+        let past = Instant::now();
+        let (real, _c1) = accepted(&hello, past);
+        let (silent, _c2) = accepted(&[], past);
+        let mut set = PendingSet::default();
+        set.push(real);
+        set.push(silent);
+        let done = set.expire(past + Duration::from_millis(1));
+        assert_eq!(
+            done.len(),
+            1,
+            "the stream whose hello had arrived was closed unread"
+        );
+        assert_eq!(done[0].hello, hello);
+        assert!(set.0.is_empty(), "the silent stream is still pending");
+    }
+
+    /// A listener that was not running (stopped process) extends every wait by the time it
+    /// lost, so a stream is not closed for the listener's own absence.
+    #[test]
+    fn a_listener_that_was_not_running_extends_the_waits() {
+        let _l = crate::fabric::sock::tests::TEST_LOCK.read();
+        let t0 = Instant::now();
+        let (silent, _c) = accepted(&[], t0 + HELLO_WAIT);
+        let mut set = PendingSet::default();
+        set.push(silent);
+        set.postpone(Duration::from_secs(3));
+        assert!(set
+            .expire(t0 + HELLO_WAIT + Duration::from_secs(2))
+            .is_empty());
+        assert_eq!(set.0.len(), 1, "closed although its wait was extended");
+        assert!(set
+            .expire(t0 + HELLO_WAIT + Duration::from_secs(4))
+            .is_empty());
+        assert!(set.0.is_empty(), "kept past its extended wait");
     }
 }

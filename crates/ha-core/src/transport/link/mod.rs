@@ -143,7 +143,7 @@ pub struct Link {
     /// without `HA_NCCL_RETURN_HOME`).
     left_for_drain: bool,
     waiting_since: Option<Instant>,
-    /// Re-armed paths not yet verified by a completion.
+    /// Re-armed paths not yet verified (receiver: both ways).
     rearmed: Vec<usize>,
     /// Attempts of re-arm started (the sender's; answers must name the current one).
     rearm_attempts: u64,
@@ -391,9 +391,18 @@ impl Link {
         }
         if unverified && self.path(i).health == Health::Healthy {
             self.verified_at[i] = Some(Instant::now());
-            if self.rearmed.contains(&i) {
-                self.rearm_verified(i);
-            }
+        }
+        // A re-arm verifies on the sender with its `RearmDone` completing (the receiver's
+        // queue pair took it); on the receiver only once something of its own completed too
+        // (the probe it sends on `RearmDone`'s arrival): a sender that gave the attempt up
+        // may have closed its end after `RearmDone` arrived, and a path proven one way only is
+        // then a failed re-arm, not a lost standby.
+        if c.status.is_ok()
+            && self.rearmed.contains(&i)
+            && self.path(i).health == Health::Healthy
+            && (self.role == Role::Send || !recv)
+        {
+            self.rearm_verified(i);
         }
         if !c.status.is_ok() {
             if fenced {

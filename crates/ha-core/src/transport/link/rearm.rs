@@ -1,8 +1,11 @@
 //! Re-arming a failed path: the sender offers a fresh queue pair on the failed path's device
 //! over the active path (`Rearm`, attempt n), the receiver answers with its own (`RearmAck`,
-//! attempt n), the sender connects and says so over the new path itself (`RearmDone`), whose
-//! completions verify the path on both sides — so a re-arm verifies without any traffic and
-//! the receiver never probes a queue pair whose other end is not connected yet. Messages of an
+//! attempt n), the sender connects and says so over the new path itself (`RearmDone`). Its
+//! completion verifies the path on the sender; its arrival lets the receiver probe the path at
+//! once, and that probe's completion verifies it there (both ways proven: a sender that gave
+//! the attempt up after `RearmDone` left costs a failed re-arm, not a lost standby) — so a
+//! re-arm verifies without any traffic and the receiver never probes a queue pair whose other
+//! end is not connected yet. Messages of an
 //! older epoch (before a switch) or of another attempt are ignored. A receiver whose port of
 //! that path is down refuses the attempt (an answer without an endpoint).
 //!
@@ -130,6 +133,12 @@ impl Link {
     #[cfg(test)]
     pub(crate) fn rearm_pending(&self) -> Option<(usize, u64)> {
         self.rearm.as_ref().map(|r| (r.index, r.attempt))
+    }
+
+    /// The queue pair number of the re-arm in progress.
+    #[cfg(test)]
+    pub(crate) fn rearm_qpn(&self) -> Option<u32> {
+        self.rearm.as_ref().map(|r| r.path.qp.qp_num())
     }
 
     /// Re-arm attempts started so far.

@@ -208,7 +208,8 @@ impl Link {
 
     /// Heartbeats of the idle standby (a standby whose port is down is lost at once). The
     /// receiver does not probe a re-armed path before the sender's first message on it proves
-    /// the sender's end connected (a probe into an unconnected queue pair fails on verbs).
+    /// the sender's end connected (a probe into an unconnected queue pair fails on verbs), and
+    /// probes it at once when it has: that probe's completion verifies the re-arm here.
     fn check_standby(&mut self, now: Instant) -> Event {
         for i in 0..self.paths.len() {
             if i == self.active || !self.usable(i) {
@@ -222,8 +223,11 @@ impl Link {
                 }
                 continue;
             }
-            if self.role == Role::Recv && self.rearmed.contains(&i) {
-                continue;
+            if self.role == Role::Recv
+                && self.rearmed.contains(&i)
+                && self.path(i).health != Health::Healthy
+            {
+                continue; // the sender's `RearmDone` has not arrived: its end may not be connected
             }
             let hb = self.cfg.heartbeat;
             let addr = self.peer_addr;

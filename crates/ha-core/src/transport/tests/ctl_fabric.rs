@@ -139,6 +139,38 @@ impl Ctl {
         }
     }
 
+    /// Completions of `qpn` held back so far.
+    pub fn held(&self, qpn: u32) -> usize {
+        self.cqs
+            .lock()
+            .iter()
+            .filter_map(|(cq, _)| cq.upgrade())
+            .map(|cq| cq.held.lock().iter().filter(|c| c.qp_num == qpn).count())
+            .sum()
+    }
+
+    /// Stop holding `qpn`'s completions and hand the held ones back as failures: the first
+    /// `status`, the rest flushed (what the device would say had its retries run out).
+    pub fn release_failed(&self, qpn: u32, status: WcStatus) {
+        self.hold.lock().remove(&qpn);
+        let mut first = true;
+        for (cq, _) in self.cqs.lock().iter() {
+            let Some(cq) = cq.upgrade() else { continue };
+            let mut held = cq.held.lock();
+            let (go, keep): (VecDeque<_>, VecDeque<_>) =
+                held.drain(..).partition(|c| c.qp_num == qpn);
+            *held = keep;
+            cq.injected.lock().extend(go.into_iter().map(|mut c| {
+                c.status = if std::mem::take(&mut first) {
+                    status
+                } else {
+                    WcStatus::WrFlushErr
+                };
+                c
+            }));
+        }
+    }
+
     /// Hand `c` to its queue pair's completion queue as if the device had written it.
     pub fn inject(&self, c: Completion) {
         let cq = self.qps.lock().get(&c.qp_num).map(|q| q.cq);

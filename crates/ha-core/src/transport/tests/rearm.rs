@@ -145,3 +145,76 @@ fn a_rearmed_path_verifies_without_traffic_and_is_never_probed_half_connected() 
         p.send.stats().rearms == 1 && p.recv.stats().rearms == 1
     });
 }
+
+/// #13 (mixed-load drill, a paused receiver): the sender gave a re-arm attempt up when its
+/// `RearmDone` completed in error, although the message had reached the receiver, which
+/// counted the path verified; the sender's end closed, the receiver's next probe failed and
+/// the receiver reported its standby lost (a false loss, WARN) while the sender was already
+/// re-arming. The receiver now verifies a re-arm only when its own probe, sent as `RearmDone`
+/// arrives, completes: here it fails, which is a failed re-arm on both sides, no standby loss,
+/// and the next attempt re-arms both ends.
+#[test]
+fn a_rearm_the_sender_gave_up_after_its_message_arrived_is_no_lost_standby() {
+    let _l = TEST_LOCK.read();
+    let mut p = Pair::new(HaCfg {
+        rearm_hold: Duration::from_millis(300),
+        ..cfg()
+    });
+    let mut flow = Flow::new(&p, 8, 64 << 10);
+    flow.run(&mut p, 50, Duration::from_secs(30)).unwrap();
+    fail_over(&mut p, &mut flow);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sq = loop {
+        if let Some(q) = p.send.link.rearm_qpn() {
+            break q;
+        }
+        assert!(Instant::now() < deadline, "no re-arm started");
+        p.send.pump();
+    };
+    p.ctl.hold(sq);
+    let r_old = p.qpn(false, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.qpn(false, 0) == r_old {
+        assert!(
+            Instant::now() < deadline,
+            "the receiver did not answer the re-arm"
+        );
+        p.recv.pump();
+    }
+    let rq = p.qpn(false, 0);
+    p.ctl.hold(rq);
+    // The sender connects and sends `RearmDone`; the receiver's queue pair takes it (the
+    // sender's completion, held, says so).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.ctl.held(sq) == 0 {
+        assert!(Instant::now() < deadline, "RearmDone did not complete");
+        p.send.pump();
+    }
+    // ...but the sender sees it fail: the attempt is given up, its end fenced.
+    p.ctl.release_failed(sq, WcStatus::RetryExcErr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.send.stats().rearm_failed == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the sender did not give the attempt up"
+        );
+        p.send.pump();
+    }
+    p.ctl.release(rq);
+    pump_both_until(&mut p, Duration::from_secs(20), "re-armed", |p| {
+        p.send.stats().rearms >= 1 && p.recv.stats().rearms >= 1
+    });
+    // Traffic and heartbeats for a while: whatever the receiver thinks of path 0 shows.
+    flow.run(&mut p, 200, Duration::from_secs(30)).unwrap();
+    let lost = (p.send.stats().standby_lost, p.recv.stats().standby_lost);
+    assert_eq!(lost, (0, 0), "a given-up re-arm counted as a lost standby");
+    let rearms = (p.send.stats().rearms, p.recv.stats().rearms);
+    assert_eq!(rearms, (1, 1), "re-arms verified (sender, receiver)");
+    assert_eq!(
+        p.recv.stats().rearm_failed,
+        1,
+        "the receiver's side of attempt 1"
+    );
+    assert!(p.send.link.rearm_attempts() >= 2);
+    assert!(p.send.link.usable(0) && p.recv.link.usable(0));
+}
