@@ -7,6 +7,10 @@
 # it, with the command and the machine, to bench/results/<date>-softroce-verbs-vs-perftest.md
 # (BENCH_OUT overrides the file; BENCH_OUT=- saves nothing).
 #
+# PEER_PLUGIN=/path/libnccl-net.so adds a peer column: another ext-net plugin, driven by the
+# same ha-harness command on the same ports right after ours, per size (for #15: NCCL's IB
+# transport as nccl-rdma-sharp-plugins ships it, built by hand; nothing here builds it).
+#
 #   scripts/softroce/bench-verbs.sh
 #   BENCH_FACTOR=4 BENCH_BW_BYTES=16M scripts/softroce/bench-verbs.sh   # a quicker sweep
 #
@@ -43,16 +47,19 @@ so=$(dirname "$harness")/libnccl_net_ha.so
 [ -x "$harness" ] && [ -f "$so" ] || { echo "bench-verbs: no $harness / $so"; exit 1; }
 stage=
 trap '[ -n "$stage" ] && rm -rf "$stage"' EXIT
-if [[ $harness == /tmp/* ]]; then # the guest has its own /tmp: stage on the rig's share
+peer=${PEER_PLUGIN:-}
+if [ -n "$peer" ] && [ ! -f "$peer" ]; then echo "bench-verbs: PEER_PLUGIN $peer: no such file"; exit 2; fi
+if [[ $harness == /tmp/* ]] || [ -n "$peer" ]; then # the guest has its own /tmp: stage on the rig's share
   mkdir -p "${SR_WORK:-/tmp/softroce}/share"
   stage=$(mktemp -d "${SR_WORK:-/tmp/softroce}/share/bench.XXXXXX")
   cp "$harness" "$so" "$stage/" && harness=$stage/ha-harness so=$stage/libnccl_net_ha.so
+  if [ -n "$peer" ]; then cp -L "$peer" "$stage/peer.so" && peer=$stage/peer.so; fi
 fi
 echo "bench-verbs: built in $((SECONDS - t0)) s; running in the guest" >&2
 t1=$SECONDS
 log=$(mktemp)
 args=("$harness" "$so" "$min" "$max" "$factor" "$iters" "$lat_bytes" "$bw_bytes" "$bw_max"
-  "$window" "$rounds")
+  "$window" "$rounds" ${peer:+"$peer"})
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 SR_TIMEOUT=${SR_TIMEOUT:-3000} scripts/softroce/run-in-vm.sh \
   bash "$ROOT/scripts/softroce/guest/bench.sh" "${args[@]}" 2>&1 | tee "$log"
@@ -69,6 +76,14 @@ table=$(awk '
   $1 == "RESULT" && $2 == "plugin" { s[$3] = 1; lo(pl, $3, $4); hi(pb, $3, $5 * 1000) }
   $1 == "RESULT" && $2 == "ib_write_lat" { s[$3] = 1; lo(ql, $3, $4) }
   $1 == "RESULT" && $2 == "ib_write_bw" { s[$3] = 1; hi(qb, $3, $4 * 1.048576) }
+  $1 == "RESULT" && $2 == "peer" { s[$3] = 1; havepeer = 1; lo(el, $3, $4); hi(eb, $3, $5 * 1000) }
+  $1 == "RESULT" { all[$2 " " $3] = all[$2 " " $3] " " $4 }
+  # median (min-max) of the rounds latencies of TOOL at SIZE
+  function mid(tool, k,   n, v, i, j, t) {
+    n = split(all[tool " " k], v, " "); if (n == 0) return "-"
+    for (i = 1; i <= n; i++) { v[i] += 0; for (j = 1; j < i; j++) if (v[j] > v[i]) { t = v[i]; v[i] = v[j]; v[j] = t } }
+    return sprintf("%.1f (%.1f-%.1f)", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[1], v[n])
+  }
   function r(a, b) { return (a != "" && b > 0) ? sprintf("%.2f", a / b) : "-" }
   function f(v, fmt) { return v == "" ? "-" : sprintf(fmt, v) }
   function human(n) {
@@ -77,14 +92,16 @@ table=$(awk '
     return n " B"
   }
   END {
-    print "| size | plugin lat (us) | ib_write_lat (us) | lat ratio | plugin BW (MB/s) | ib_write_bw (MB/s) | BW ratio |"
-    print "|---:|---:|---:|---:|---:|---:|---:|"
+    print "| size | plugin lat (us) | ib_write_lat (us) | lat ratio | plugin BW (MB/s) | ib_write_bw (MB/s) | BW ratio |" (havepeer ? " peer lat (us) | plugin/peer lat | peer BW (MB/s) | plugin/peer BW | plugin lat, median (min-max) | peer lat, median (min-max) |" : "")
+    print "|---:|---:|---:|---:|---:|---:|---:|" (havepeer ? "---:|---:|---:|---:|---:|---:|" : "")
     n = 0; for (k in s) sizes[++n] = k + 0
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (sizes[j] < sizes[i]) { t = sizes[i]; sizes[i] = sizes[j]; sizes[j] = t }
     for (i = 1; i <= n; i++) {
       k = sizes[i]
-      printf "| %s | %s | %s | %s | %s | %s | %s |\n", human(k), f(pl[k], "%.1f"), f(ql[k], "%.1f"),
+      printf "| %s | %s | %s | %s | %s | %s | %s |", human(k), f(pl[k], "%.1f"), f(ql[k], "%.1f"),
         r(pl[k], ql[k]), f(pb[k], "%.3g"), f(qb[k], "%.3g"), r(pb[k], qb[k])
+      if (havepeer) printf " %s | %s | %s | %s | %s | %s |", f(el[k], "%.1f"), r(pl[k], el[k]), f(eb[k], "%.3g"), r(pb[k], eb[k]), mid("plugin", k), mid("peer", k)
+      printf "\n"
       if (k == 8 && pl[k] != "" && ql[k] > 0)
         goal = goal sprintf("* latency at 8 B: %.2fx ib_write_lat (goal <= 1.10x): %s\n", pl[k] / ql[k], pl[k] / ql[k] <= 1.10 ? "met" : "MISSED")
       if (k >= 65536 && pb[k] != "" && qb[k] > 0) {
@@ -116,6 +133,7 @@ knobs=$(compgen -e | grep '^HA_NCCL_\|^BENCH_' | while read -r v; do printf '%s=
   echo "* Rail A: rxe0a (10.10.0.1) <-> rxe0b (10.10.0.2). perftest $(dpkg-query -W -f='${Version}' perftest), libibverbs $(dpkg-query -W -f='${Version}' libibverbs1)."
   echo "* plugin, per size: \`ha-harness bench --mode procs --dev 0 --peer-dev 1 --min SIZE --max SIZE --iters $iters --lat-bytes $lat_bytes --bw-bytes $bw_bytes --bw-max-msgs $bw_max --window $window\` with HA_NCCL_FABRIC=verbs, NCCL_IB_HCA exactly rail A's two ports, HA_NCCL_ENABLE_BACKUP=0 (single path), HA_NCCL_QP_RETRY_CNT=6; latency = median half round trip of an isend/irecv ping-pong; bandwidth = $window sends in flight, timed until the receiver's acknowledgement."
   echo "* perftest, per size right after the plugin: \`ib_write_lat\` / \`ib_write_bw -t $window\`, \`-d <port> -x <RoCE v2 GID index> -s SIZE -n ITERS -F\`, server on the receiver's port; latency = t_typical (median one-way), bandwidth = BW average. Same iteration counts as the plugin (perftest at least 5)."
+  [ -n "${PEER_PLUGIN:-}" ] && echo "* peer, per size right after the plugin: the same ha-harness command through \`$PEER_PLUGIN\` ($(strings "$PEER_PLUGIN" 2>/dev/null | grep -m1 -o 'NCCL RDMA Plugin v[0-9]*' || echo 'another ext-net plugin')), NCCL_IB_HCA the same two ports, NCCL_IB_TIMEOUT=16 NCCL_IB_RETRY_CNT=6 (as the plugin's QP settings)."
   echo "* The sweep ran $rounds times, interleaved per size (plugin, ib_write_lat, ib_write_bw); each cell is that tool's best round (lowest latency, highest bandwidth)."
   echo "* Both tools: sender pinned to vCPU 0, receiver to vCPU 1 (taskset); guest kernel arguments \`${SR_KARGS}\`."
   echo "* Guest run ${guest_s} s; host load average (1/5/15 min) $load0 before, $load1 after."

@@ -15,6 +15,7 @@ usage: ha-harness <check|bench|stream|now|help> --plugin PATH [options]   (strea
        ha-harness timeline --stats FILE -o OUT.svg [--png OUT.png] ...   picture of a run (`--help`)
        ha-harness <drain|undrain|drained> [DEV...]   the node's drain list (`ha-harness drain --help`)
        ha-harness limit --plugin PATH [--ip ADDR]   8 B round trip vs a raw TCP ping-pong, wake-ups (`--help`)
+       ha-harness scale --plugin PATH [--conns 1,16,64,256]   threads, RSS, fds, 8 B round trip per connection count
 
 common options:
   --plugin PATH       ext-net library to load (required); its newest exported ABI is used

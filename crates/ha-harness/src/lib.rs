@@ -3,7 +3,8 @@
 //! measures latency and bandwidth per message size. `stats` reads a plugin's stats file,
 //! `timeline` draws it (see [`stats`], [`picture`]). Two endpoints talk to each other: two
 //! threads of one process (`--mode threads`) or this process and a child (`--mode procs`).
-//! `drain|undrain|drained` edit the node's drain list the plugin watches ([`drain`]).
+//! `drain|undrain|drained` edit the node's drain list the plugin watches ([`drain`]); `limit`
+//! and `scale` print what a message and a connection cost ([`limit`], [`scale`]).
 
 pub mod args;
 pub mod backoff;
@@ -18,6 +19,7 @@ pub mod pattern;
 pub mod picture;
 pub mod plan;
 pub mod report;
+pub mod scale;
 pub mod session;
 pub mod stats;
 pub mod stream;

@@ -49,7 +49,11 @@ struct Loaded {
 }
 
 fn load(path: &Path, abi: Option<Abi>, dev: i32) -> Result<Loaded, String> {
-    let plugin = Plugin::open_abi(path, abi)?;
+    let mut plugin = Plugin::open_abi(path, abi)?;
+    // Other plugins may call the logger unchecked (NCCL always passes one).
+    plugin.set_logger(nccl_net_loader::logger_for(&plugin.name()));
+    plugin.init().map_err(|e| format!("init: {e}"))?;
+    // After `init`: a plugin may fill its table there (NCCL reads it after `init` too).
     let missing = plugin.missing_entries();
     if !missing.is_empty() {
         err_line(&format!(
@@ -58,7 +62,6 @@ fn load(path: &Path, abi: Option<Abi>, dev: i32) -> Result<Loaded, String> {
             missing.join(", ")
         ));
     }
-    plugin.init().map_err(|e| format!("init: {e}"))?;
     let ndev = plugin.devices().map_err(|e| format!("devices: {e}"))?;
     if dev >= ndev {
         return Err(format!("--dev {dev}: the plugin has {ndev} device(s)"));

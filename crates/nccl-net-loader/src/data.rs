@@ -147,7 +147,7 @@ impl Plugin {
         sizes: &[i32],
         mrs: &[&Mr],
     ) -> Result<Option<Request>, NcclError> {
-        let f = self.entry(self.common.iflush, "iflush")?;
+        let f = self.entry(self.common().iflush, "iflush")?;
         let n = bufs.len();
         if sizes.len() != n || mrs.len() != n {
             return Err(NcclError(NCCL_INVALID_ARGUMENT));
@@ -176,7 +176,7 @@ impl Plugin {
     /// as NCCL does for flush requests. After `Ok(true)` the request is gone: NCCL never tests
     /// it again, and neither may the caller. (`test` reports `int` sizes in every version.)
     pub fn test(&self, req: &Request, sizes_out: &mut [i32]) -> Result<bool, NcclError> {
-        let f = self.entry(self.common.test, "test")?;
+        let f = self.entry(self.common().test, "test")?;
         let mut done: c_int = 0;
         let mut scratch = [-1 as c_int; TEST_SIZES_SCRATCH];
         let len = sizes_out.len();
@@ -212,16 +212,16 @@ impl Plugin {
 
     /// `closeSend`.
     pub fn close_send(&self, comm: Comm) -> Result<(), NcclError> {
-        self.close_with(self.common.close_send, "closeSend", comm)
+        self.close_with(self.common().close_send, "closeSend", comm)
     }
 
     /// `closeRecv`.
     pub fn close_recv(&self, comm: Comm) -> Result<(), NcclError> {
-        self.close_with(self.common.close_recv, "closeRecv", comm)
+        self.close_with(self.common().close_recv, "closeRecv", comm)
     }
 
     /// `closeListen`.
     pub fn close_listen(&self, comm: Comm) -> Result<(), NcclError> {
-        self.close_with(self.common.close_listen, "closeListen", comm)
+        self.close_with(self.common().close_listen, "closeListen", comm)
     }
 }

@@ -13,7 +13,8 @@
 //! caller that manages the library itself (as NCCL does, closing it after the last
 //! communicator) wraps its own handle with [`Plugin::from_handle`].
 //!
-//! `init` passes NULL as NCCL's logger unless [`Plugin::set_logger`] gave one.
+//! `init` passes NULL as NCCL's logger unless [`Plugin::set_logger`] gave one
+//! ([`stderr_logger`] prints to stderr, for tools).
 //!
 //! Buffers are passed as raw pointers: the caller keeps them alive and untouched while a
 //! request that uses them is in flight, exactly as NCCL does.
@@ -28,6 +29,7 @@ mod abi;
 mod call;
 mod data;
 mod entries;
+mod logger;
 mod props;
 mod types;
 mod v10;
@@ -38,6 +40,7 @@ mod v9;
 
 pub use abi::{Abi, SYMBOL_V8};
 pub use entries::RawTable;
+pub use logger::{logger_for, stderr_logger};
 pub use props::Props;
 pub use types::{Comm, Mr, NcclError, NetAttr, NetCtx, Request};
 
@@ -130,8 +133,10 @@ pub struct Plugin {
     _handle: *mut c_void,
     /// The version's adapter (init, properties, listen, connect, isend, irecv, ...).
     ver: Box<dyn Versioned>,
-    /// The entries every version shares, copied out of the table at load.
-    common: Common,
+    /// The entries every version shares, copied out of the table at load and again after the
+    /// first `init` (a plugin may fill its table in `init`: nccl-rdma-sharp-plugins exports a
+    /// table holding only `name` and `init` until then, as NCCL reads it after `init`).
+    common: std::sync::RwLock<Common>,
     /// The context `listen`/`connect` use: made by `init`.
     default_ctx: OnceLock<NetCtx>,
     /// The logger `init` passes (NCCL's `ncclDebugLogger_t`; `None`: NULL).
@@ -188,7 +193,7 @@ impl Plugin {
                 return Ok(Plugin {
                     path: path.to_path_buf(),
                     _handle: handle,
-                    common: ver.common(),
+                    common: std::sync::RwLock::new(ver.common()),
                     ver,
                     default_ctx: OnceLock::new(),
                     logger: None,
@@ -213,6 +218,11 @@ impl Plugin {
                 names.join(", ")
             ),
         })
+    }
+
+    /// The shared entries as the table holds them now.
+    fn common(&self) -> Common {
+        *self.common.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The logger every later `init` passes (as NCCL passes its `ncclDebugLog`).
@@ -305,7 +315,7 @@ impl Plugin {
     /// `irecvConsumed`, `makeVDevice` and `setNetAttr`, which NCCL allows to be NULL).
     pub fn missing_entries(&self) -> Vec<&'static str> {
         let mut v = self.ver.missing();
-        v.extend(self.common.missing());
+        v.extend(self.common().missing());
         v
     }
 
@@ -353,6 +363,7 @@ impl Plugin {
     /// v10's `connect`.
     pub fn init_context(&self, comm_id: u64, traffic_class: i32) -> Result<NetCtx, NcclError> {
         let ptr = self.done(self.ver.init(comm_id, traffic_class, self.logger))?;
+        *self.common.write().unwrap_or_else(|p| p.into_inner()) = self.ver.common();
         if self.abi() >= Abi::V11 && ptr.is_null() {
             tracing::error!("plugin {}: init succeeded with a NULL context", self.name());
             return Err(NcclError(NCCL_INTERNAL_ERROR));
@@ -379,7 +390,7 @@ impl Plugin {
 
     /// `devices`: the number of devices.
     pub fn devices(&self) -> Result<i32, NcclError> {
-        let f = self.entry(self.common.devices, "devices")?;
+        let f = self.entry(self.common().devices, "devices")?;
         let mut n: c_int = 0;
         // SAFETY: `n` is a valid, writable int for the duration of the call.
         self.done(rc(unsafe { f(&mut n) }))?;
@@ -456,7 +467,7 @@ impl Plugin {
 
     /// One `accept` step: `Ok(None)` means "not yet".
     pub fn accept(&self, listen: &Comm) -> Result<Option<Comm>, NcclError> {
-        let f = self.entry(self.common.accept, "accept")?;
+        let f = self.entry(self.common().accept, "accept")?;
         let mut comm: *mut c_void = ptr::null_mut();
         let mut dev_comm: *mut NcclNetDeviceHandleV8 = ptr::null_mut();
         // SAFETY: `listen` came from this plugin's `listen` and is not closed (closing
@@ -473,7 +484,7 @@ impl Plugin {
         len: usize,
         ptr_type: i32,
     ) -> Result<Mr, NcclError> {
-        let f = self.entry(self.common.reg_mr, "regMr")?;
+        let f = self.entry(self.common().reg_mr, "regMr")?;
         let mut mr: *mut c_void = ptr::null_mut();
         // SAFETY: `comm` is a live comm of this plugin; `mr` is writable. The buffer is only
         // recorded by the plugin; the caller keeps it valid while it is registered.
@@ -491,7 +502,7 @@ impl Plugin {
         offset: u64,
         fd: i32,
     ) -> Result<Mr, NcclError> {
-        let f = self.entry(self.common.reg_mr_dma_buf, "regMrDmaBuf")?;
+        let f = self.entry(self.common().reg_mr_dma_buf, "regMrDmaBuf")?;
         let mut mr: *mut c_void = ptr::null_mut();
         // SAFETY: as in `reg_mr`; `fd` is the caller's (the plugin must not keep it open
         // beyond the call: NCCL closes it once the call returns).
@@ -503,7 +514,7 @@ impl Plugin {
 
     /// `deregMr(comm, mr)`.
     pub fn dereg_mr(&self, comm: &Comm, mr: Mr) -> Result<(), NcclError> {
-        let f = self.entry(self.common.dereg_mr, "deregMr")?;
+        let f = self.entry(self.common().dereg_mr, "deregMr")?;
         // SAFETY: `comm` is live and `mr` was returned by `reg_mr` (consumed here, so it cannot
         // be deregistered twice through this API).
         self.done(rc(unsafe { f(comm.0, mr.0) }))

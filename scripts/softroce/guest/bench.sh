@@ -4,7 +4,10 @@
 # the same iteration counts and writes in flight. Sizes are interleaved (plugin, perftest,
 # next size) so both tools see the same machine load.
 #
-#   bench.sh HARNESS PLUGIN_SO MIN MAX FACTOR LAT_ITERS LAT_BYTES BW_BYTES BW_MAX_MSGS WINDOW ROUNDS
+#   bench.sh HARNESS PLUGIN_SO MIN MAX FACTOR LAT_ITERS LAT_BYTES BW_BYTES BW_MAX_MSGS WINDOW ROUNDS [PEER_SO]
+#
+# PEER_SO: another ext-net plugin (a hand-built nccl-rdma-sharp-plugins libnccl-net.so, say)
+# driven by the same ha-harness command on the same two ports right after ours, per size.
 #
 # The whole sweep runs ROUNDS times (the host keeps the best of each): a burst of load on the
 # shared host then spoils one round of some sizes, not the result.
@@ -17,12 +20,13 @@
 #
 # Prints the tools' own output and, for the host to tabulate, lines
 #   RESULT plugin SIZE LAT_US BW_GBPS        (1 GB = 1e9 bytes)
+#   RESULT peer SIZE LAT_US BW_GBPS          (with PEER_SO)
 #   RESULT ib_write_lat SIZE T_TYPICAL_US
 #   RESULT ib_write_bw SIZE BW_AVG_MIBPS     (perftest's MB = 2^20 bytes)
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 harness=$1 so=$2 min=$3 max=$4 factor=$5 lat_iters=$6 lat_bytes=$7 bw_bytes=$8
-bw_max=$9 window=${10} rounds=${11}
+bw_max=$9 window=${10} rounds=${11} peer_so=${12:-}
 read -r dev0 gid0 ip0 _ <<< "$SOFTROCE_A0"
 read -r dev1 gid1 ip1 _ <<< "$SOFTROCE_A1"
 
@@ -30,14 +34,18 @@ read -r dev1 gid1 ip1 _ <<< "$SOFTROCE_A1"
 # test) on device 0 of the two the filter offers, side B on device 1, in a child process.
 export HA_NCCL_FABRIC=verbs NCCL_IB_HCA="=$dev0:1,$dev1:1" NCCL_SOCKET_IFNAME=lo
 export HA_NCCL_ENABLE_BACKUP=0 HA_NCCL_QP_RETRY_CNT=6 HA_NCCL_QP_TIMEOUT=16
+# The peer plugin reads NCCL's own knobs: the same devices (NCCL_IB_HCA above), the same QP
+# timeout and retry count.
+export NCCL_IB_TIMEOUT=16 NCCL_IB_RETRY_CNT=6
 echo "== NCCL_IB_HCA=$NCCL_IB_HCA; other knobs: $(compgen -e | grep '^HA_NCCL_' | grep -v 'FABRIC\|BACKUP\|RETRY_CNT\|QP_TIMEOUT' | tr '\n' ' ')"
 echo "== clocksource $(< /sys/devices/system/clocksource/clocksource0/current_clocksource), $(nproc) vCPUs"
 
-# plugin SIZE: one ha-harness run for SIZE; RESULT line from its JSON (full precision).
+# plugin SIZE [LABEL SO]: one ha-harness run for SIZE through SO (ours by default); RESULT
+# line (LABEL, default plugin) from its JSON (full precision).
 plugin() {
-  local size=$1 out=/tmp/harness.out json=/tmp/harness.json pid child n line rc
+  local size=$1 label=${2:-plugin} lib=${3:-$so} out=/tmp/harness.out json=/tmp/harness.json pid child n line rc
   rm -f "$json"
-  taskset -c 0 "$harness" bench --plugin "$so" --mode procs --dev 0 --peer-dev 1 \
+  taskset -c 0 "$harness" bench --plugin "$lib" --mode procs --dev 0 --peer-dev 1 \
     --min "$size" --max "$size" --iters "$lat_iters" --lat-bytes "$lat_bytes" \
     --bw-bytes "$bw_bytes" --bw-max-msgs "$bw_max" --window "$window" --timeout 120 \
     --json "$json" > "$out" 2>&1 &
@@ -50,10 +58,10 @@ plugin() {
   wait "$pid"
   rc=$?
   cat "$out"
-  [ "$rc" -eq 0 ] || { echo "bench: ha-harness failed for $size B (rc=$rc)"; return 1; }
+  [ "$rc" -eq 0 ] || { echo "bench: ha-harness ($label) failed for $size B (rc=$rc)"; return 1; }
   local re='"size": ([0-9]+), "lat_us": ([-0-9.e]+), "bw_GBps": ([-0-9.e]+)'
   while read -r line; do
-    [[ $line =~ $re ]] && echo "RESULT plugin ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]}"
+    [[ $line =~ $re ]] && echo "RESULT $label ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]}"
   done < "$json"
   return 0
 }
@@ -102,6 +110,7 @@ for ((round = 1; round <= rounds; round++)); do
   for ((size = min; size <= max; size *= factor)); do
     echo "== round $round, $size B, load $(< /proc/loadavg)"
     plugin "$size" || status=1
+    if [ -n "$peer_so" ]; then plugin "$size" peer "$peer_so" || status=1; fi
     n=$((lat_bytes / size)); ((n > lat_iters)) && n=$lat_iters; ((n < 5)) && n=5
     perf ib_write_lat "$size" "$n" 4 || status=1
     n=$((bw_bytes / size)); ((n < 8)) && n=8; ((n > bw_max)) && n=$bw_max

@@ -111,7 +111,8 @@ impl StreamCfg {
 
 /// Opens and initialises the plugin; returns it with the device's properties.
 pub(crate) fn load(path: &Path, abi: Option<Abi>, dev: i32) -> Result<(Plugin, Props), String> {
-    let plugin = Plugin::open_abi(path, abi)?;
+    let mut plugin = Plugin::open_abi(path, abi)?;
+    plugin.set_logger(nccl_net_loader::logger_for(&plugin.name()));
     plugin.init().map_err(|e| format!("init: {e}"))?;
     let ndev = plugin.devices().map_err(|e| format!("devices: {e}"))?;
     if dev >= ndev {
