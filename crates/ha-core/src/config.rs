@@ -181,7 +181,7 @@ pub const RTO_MS: Param = Param {
     name: "HA_NCCL_RTO_MS",
     kind: Kind::Millis,
     default: "1000",
-    doc: "Soft timeout: a work request on the active path with no completion for this long moves traffic to a verified standby (it never ends a connection). Keep it above the fabric's own retry window (`HA_NCCL_SOCK_RETRY_MS`, QP timeout x retries).",
+    doc: "Soft timeout: a work request on the active path with no completion for this long moves traffic to a verified standby (it never ends a connection). Keep it above the fabric's own retry window (`HA_NCCL_SOCK_RETRY_MS`, QP timeout x retries). The default comes from the Soft-RoCE calibration (bench/results/2026-11-26-softroce-detection-calibration.md): with `HA_NCCL_QP_TIMEOUT=14` it adds no false failover under 2 % packet loss and finds a blackhole in 0.4-0.75 s; 300 ms failed over on loss recovery.",
     range: Some((100, u64::MAX)),
 };
 
@@ -293,7 +293,7 @@ pub const QP_TIMEOUT: Param = Param {
     name: "HA_NCCL_QP_TIMEOUT",
     kind: Kind::U32,
     default: "14",
-    doc: "`verbs`: RC local ACK timeout exponent (4.096 us x 2^n; 14 = 67 ms). With `HA_NCCL_QP_RETRY_CNT` it sets how fast a dead link fails a queue pair.",
+    doc: "`verbs`: RC local ACK timeout exponent (4.096 us x 2^n; 14 = 67 ms). With `HA_NCCL_QP_RETRY_CNT` it sets how fast a dead link fails a queue pair. The default comes from the Soft-RoCE calibration (bench/results/2026-11-26-softroce-detection-calibration.md): 16 (268 ms per lost packet) made loss recovery trip the 1 s soft timeout and doubled detection.",
     range: Some((1, 31)),
 };
 

@@ -31,6 +31,7 @@ use ha_core::fabric::counters;
 use ha_core::fabric::sock;
 use ha_core::transport::budget::Budget;
 use ha_core::transport::path::CQES_PER_QP;
+use ha_core::transport::recv::CTS_SIGNAL_EVERY;
 use parking_lot::Mutex;
 use std::process::Command;
 use std::sync::Arc;
@@ -317,8 +318,10 @@ fn pile_up(per_dev: usize, seed: usize) -> (usize, bool) {
     sock::reset_cq_stats();
     sock::pause_polling(true);
     let _reqs = post_windows(&mut pairs, seed + 1);
-    // Every window's records, clear-to-sends and data immediates reach the queues.
-    let want = pairs.len() * 3 * SLOTS;
+    // Every window's records and data immediates reach the queues, and its signaled
+    // clear-to-sends (one in CTS_SIGNAL_EVERY: a window is SLOTS consecutive sequence numbers).
+    let cts = SLOTS / CTS_SIGNAL_EVERY as usize;
+    let want = pairs.len() * (2 * SLOTS + cts);
     let arrived = eventually(60, || {
         let s = sock::cq_stats();
         s.pending >= want || s.overruns > 0

@@ -16,6 +16,7 @@ fn main() {
         Some("limit") => ha_harness::limit::main_with_args(&args[1..]),
         Some("limit-tcp-ping") => ha_harness::limit::tcp_ping_main(&args[1..]),
         Some("limit-tcp-echo") => ha_harness::limit::tcp_echo_main(&args[1..]),
+        Some("svg2png") => ha_harness::picture::svg2png_main(&args[1..]),
         Some("scale") => ha_harness::scale::main_with_args(&args[1..]),
         Some("scale-peer") => ha_harness::scale::peer_main(&args[1..]),
         _ => ha_harness::main_with_args(&args),

@@ -52,6 +52,13 @@ pub enum Health {
     Failed,
 }
 
+/// A posted work request still to complete.
+struct Pending {
+    wr_id: u64,
+    at: Instant,
+    signaled: bool,
+}
+
 pub struct Path {
     // Field order is drop order: the queue pair goes (fenced) before its route, its room on
     // the completion queue and its lease. (A route only removes itself if it is still its
@@ -63,7 +70,9 @@ pub struct Path {
     pub health: Health,
     /// Key of the peer's remotely written region on this path's device.
     pub peer_rkey: u32,
-    outstanding: VecDeque<(u64, Instant)>,
+    /// Posted work requests still to complete: every signaled one, and an unsignaled
+    /// clear-to-send that ended its post (until a later completion covers it).
+    outstanding: VecDeque<Pending>,
     recvs: usize,
     recv_seq: u64,
     probes: u64,
@@ -117,18 +126,27 @@ impl Path {
         &self.lease.dev
     }
 
-    /// Post send work requests; the last one must be signaled (so draining can be observed).
+    /// Post send work requests; the last one must be signaled (so draining can be observed),
+    /// except a clear-to-send, which is signaled only now and then (as NCCL's IB transport
+    /// does): until a later completion of this queue pair covers it, it counts as data in flight
+    /// (a planned switch waits for it, [`Path::cover`]) but never as a stall.
     pub fn post(&mut self, wrs: &[SendWr]) -> FabricResult<()> {
-        debug_assert!(wrs.last().is_some_and(|w| w.signaled));
+        debug_assert!(wrs
+            .last()
+            .is_some_and(|w| w.signaled || decode_wr_id(w.wr_id).0 == Some(WrKind::Cts)));
         self.qp.post_send(wrs)?;
         let now = Instant::now();
         let mut bytes = 0;
-        for w in wrs {
+        for (k, w) in wrs.iter().enumerate() {
             if is_data(w.wr_id) {
                 bytes += w.local.len as u64;
             }
-            if w.signaled {
-                self.outstanding.push_back((w.wr_id, now));
+            if w.signaled || k + 1 == wrs.len() {
+                self.outstanding.push_back(Pending {
+                    wr_id: w.wr_id,
+                    at: now,
+                    signaled: w.signaled,
+                });
             }
         }
         self.meter.bytes.add(bytes);
@@ -148,13 +166,9 @@ impl Path {
 
     /// Account a send-side completion (success or error).
     pub fn on_send_completion(&mut self, c: &Completion) {
-        if self
-            .outstanding
-            .front()
-            .is_some_and(|(id, _)| *id == c.wr_id)
-        {
+        if self.outstanding.front().is_some_and(|p| p.wr_id == c.wr_id) {
             self.outstanding.pop_front();
-        } else if let Some(i) = self.outstanding.iter().position(|(id, _)| *id == c.wr_id) {
+        } else if let Some(i) = self.outstanding.iter().position(|p| p.wr_id == c.wr_id) {
             // Completions are in order per queue pair; anything before it is gone too.
             self.outstanding.drain(..=i);
         }
@@ -178,20 +192,38 @@ impl Path {
         Ok(())
     }
 
-    /// Nothing of this path is still to complete (after a fence: it is fully flushed).
+    /// Nothing of this path is still to complete (after a fence: it is fully flushed). An
+    /// unsignaled clear-to-send at the tail needs no completion: the queue pair is in ERR, it
+    /// places nothing more, and a clear-to-send that still reaches the sender carries the old
+    /// epoch.
     pub fn drained(&self) -> bool {
-        self.outstanding.is_empty() && self.recvs == 0
+        self.outstanding.iter().all(|p| !p.signaled) && self.recvs == 0
     }
 
     /// Whether data work requests posted here (completion records, clear-to-sends) are still
     /// to complete: a planned switch waits for none (control messages and probes do not count).
     pub fn data_in_flight(&self) -> bool {
-        self.outstanding.iter().any(|(id, _)| is_data(*id))
+        self.outstanding.iter().any(|p| is_data(p.wr_id))
+    }
+
+    /// Whether the newest work request posted here is an unsignaled clear-to-send that no
+    /// completion will cover unless something signaled is posted after it.
+    pub fn needs_cover(&self) -> bool {
+        self.outstanding.back().is_some_and(|p| !p.signaled)
+    }
+
+    /// Post a probe behind an unsignaled clear-to-send, so that its completion (in order on the
+    /// queue pair) says the clear-to-send completed too (a planned switch waits for that).
+    pub fn cover(&mut self, peer_addr: u64) -> FabricResult<()> {
+        if !self.needs_cover() {
+            return Ok(()); // something signaled was posted after it
+        }
+        self.probe(peer_addr)
     }
 
     /// When the oldest signaled work request still outstanding was posted.
     pub fn oldest_outstanding(&self) -> Option<Instant> {
-        self.outstanding.front().map(|(_, t)| *t)
+        self.outstanding.iter().find(|p| p.signaled).map(|p| p.at)
     }
 
     /// Fence: ERR, so nothing more is placed through this queue pair; everything posted

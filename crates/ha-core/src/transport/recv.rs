@@ -17,6 +17,10 @@ use ha_proto::data::recv::RecvSide;
 use ha_proto::data::ReqId;
 use std::sync::Arc;
 
+/// Clear-to-sends are signaled one in this many (by sequence number); the others complete
+/// without a completion to poll.
+pub const CTS_SIGNAL_EVERY: u64 = 8;
+
 /// One buffer of a (multi-)receive.
 pub struct RecvArg<'a> {
     pub addr: usize,
@@ -136,7 +140,9 @@ impl RecvComm {
             },
             remote_addr: remote,
             rkey: p.peer_rkey,
-            signaled: true,
+            // One in CTS_SIGNAL_EVERY: no completion to poll and account per message (the
+            // path keeps the others in flight until a later completion covers them).
+            signaled: seq % CTS_SIGNAL_EVERY == 0,
             inline: true,
         };
         if let Err(e) = p.post(&[wr]) {
@@ -230,6 +236,20 @@ impl RecvComm {
         let Some(p) = self.link.planned().cloned() else {
             return;
         };
+        if self.machine.delivered() >= p.upto && self.link.path(p.from).needs_cover() {
+            // An unsignaled clear-to-send is the last thing posted there: a probe behind it
+            // tells when it completed.
+            let addr = self.link.peer_addr;
+            if let Err(e) = self.link.path_mut(p.from).cover(addr) {
+                let ev = self.link.path_error(
+                    p.from,
+                    WcStatus::LocQpOpErr,
+                    format!("probe behind a clear-to-send: {e}"),
+                );
+                self.on_event(ev);
+                return;
+            }
+        }
         if self.machine.delivered() < p.upto || self.link.path(p.from).data_in_flight() {
             if self.link.plan_overdue(&p) {
                 let ev = self.link.refuse_plan(6);

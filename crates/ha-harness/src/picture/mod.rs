@@ -197,6 +197,34 @@ pub fn main_with_args(args: &[String]) -> i32 {
     0
 }
 
+/// `ha-harness svg2png IN.svg OUT.png`: rasterise any SVG the way `timeline --png` does (for
+/// the benchmark scripts' pictures: scripts/calibration_plot.py).
+pub fn svg2png_main(args: &[String]) -> i32 {
+    let [input, out] = args else {
+        eprintln!("usage: ha-harness svg2png IN.svg OUT.png");
+        return 2;
+    };
+    let svg = match std::fs::read_to_string(input) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ha-harness svg2png: {input}: {e}");
+            return 1;
+        }
+    };
+    match png::write(&svg, std::path::Path::new(out), &[]) {
+        Ok(warning) => {
+            if let Some(w) = warning {
+                eprintln!("ha-harness svg2png: {w}");
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("ha-harness svg2png: {e}");
+            1
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,6 +53,9 @@ pub struct Ctl {
     cqs: Mutex<Vec<(Weak<CtlCq>, CqLoad)>>,
     /// Posts on a queue pair whose peer had not reached RTR yet.
     pub posts_to_unconnected: AtomicU64,
+    /// Clear-to-sends posted, signaled and unsignaled.
+    pub cts_signaled: AtomicU64,
+    pub cts_unsignaled: AtomicU64,
     /// Queue pairs say nothing of their link (`link_alive` is `None`, as on verbs).
     hide_link: AtomicBool,
     /// Devices whose link is cut at this end.
@@ -383,7 +386,14 @@ impl CtlQp {
     /// retries ran out), everything after it is flushed; the queue pair stays broken.
     fn fail_dead(&self, wrs: &[SendWr]) {
         let mut first = self.ctl.broken.lock().insert(self.qpn);
-        for w in wrs.iter().filter(|w| w.signaled) {
+        // A device reports an error for a request whether or not it was signaled: here the
+        // signaled ones and the post's last (an unsignaled clear-to-send ends its post).
+        let n = wrs.len();
+        for (_, w) in wrs
+            .iter()
+            .enumerate()
+            .filter(|(k, w)| w.signaled || k + 1 == n)
+        {
             self.ctl.inject(Completion {
                 wr_id: w.wr_id,
                 qp_num: self.qpn,
@@ -436,6 +446,18 @@ impl QueuePair for CtlQp {
         self.inner.to_err()
     }
     fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
+        for w in wrs {
+            if ha_proto::data::layout::decode_wr_id(w.wr_id).0
+                == Some(ha_proto::data::layout::WrKind::Cts)
+            {
+                let c = if w.signaled {
+                    &self.ctl.cts_signaled
+                } else {
+                    &self.ctl.cts_unsignaled
+                };
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if self.ctl.link_dead(self.dev) || self.ctl.broken.lock().contains(&self.qpn) {
             self.fail_dead(wrs);
             return Ok(());

@@ -287,3 +287,62 @@ fn a_receiver_waiting_to_switch_abandons_on_a_target_failure_and_on_its_deadline
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     assert_eq!((p.send.link.active, p.send.link.epoch), (0, 0));
 }
+
+/// Clear-to-sends are signaled one in eight (no completion to poll per message, as NCCL's IB
+/// transport does); the others stay in flight on their path until a later completion covers
+/// them. A planned switch waits for nothing in flight on the path left: when the receiver's
+/// last post there is an unsignaled clear-to-send and nothing else is posted (no traffic while
+/// the switch is due), a probe behind it must say when it completed, or the plan never
+/// finishes (it was refused at its deadline before the probe was posted).
+#[test]
+fn a_planned_switch_covers_an_unsignaled_clear_to_send_with_a_probe() {
+    let _l = TEST_LOCK.read();
+    let stats = stats_path("cts-cover");
+    let hold = Duration::from_secs(2);
+    let (mut p, mut flow) = failed_over_and_rearmed(home_cfg(hold), stats.to_str().unwrap());
+    let (sig0, unsig0) = (
+        p.ctl_r
+            .cts_signaled
+            .load(std::sync::atomic::Ordering::Relaxed),
+        p.ctl_r
+            .cts_unsignaled
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+    assert!(
+        unsig0 > 0 && sig0 > 0,
+        "signaled {sig0}, unsignaled {unsig0}"
+    );
+    // One in eight by sequence number; a failover re-posts the open ones (each signaled as
+    // its number says), so a few more than an eighth may be signaled.
+    let total = sig0 + unsig0;
+    assert!(
+        sig0 * 4 <= total,
+        "{sig0} of {total} clear-to-sends signaled, expected about one in eight"
+    );
+    // Traffic stops with an unsignaled clear-to-send last on path 1.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(settled_on(&p, 1) && p.recv.link.path(1).needs_cover()) {
+        assert!(
+            Instant::now() < deadline,
+            "no unsignaled clear-to-send last"
+        );
+        flow.step(&mut p).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !settled_on(&p, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "no return home while an unsignaled clear-to-send was last on the path left \
+             (plans aborted: send {}, recv {})",
+            p.send.stats().plans_aborted,
+            p.recv.stats().plans_aborted
+        );
+        p.send.pump();
+        p.recv.pump();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for (who, s) in [("send", p.send.stats()), ("recv", p.recv.stats())] {
+        assert_eq!((s.returns, s.plans_aborted), (1, 0), "{who}");
+    }
+    flow.run(&mut p, 200, Duration::from_secs(30)).unwrap();
+}
