@@ -18,7 +18,8 @@ pub const HANDLE_SIZE: usize = 128;
 pub const HANDLE_MAGIC: u32 = 0x314e_4148; // "HAN1" little-endian
 /// 2: CTS FIFO banked by path epoch (epoch carried in each clear-to-send), re-arm attempts.
 /// 3: a send to a single receive is one WRITE_WITH_IMM whose fast immediate is the record.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// 4: the receiver answers a re-arm's `RearmDone` over the new path (two-way verification).
+pub const PROTOCOL_VERSION: u16 = 4;
 const BODY_LEN: usize = 35;
 const SCRATCH_OFF: usize = 64;
 

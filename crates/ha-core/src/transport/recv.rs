@@ -196,8 +196,10 @@ impl RecvComm {
                 self.on_event(ev);
             }
             CtrlKind::Rearm => self.link.on_rearm(&m),
-            // Its receive completion already verified the re-armed path.
-            CtrlKind::RearmDone => {}
+            CtrlKind::RearmDone => {
+                let ev = self.link.on_rearm_done(&m);
+                self.on_event(ev);
+            }
             _ => tracing::debug!("NET/HA : {}: ignored control {:?}", self.link.name, m),
         }
     }

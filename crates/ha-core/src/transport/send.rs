@@ -174,6 +174,8 @@ impl SendComm {
         match m.kind {
             CtrlKind::Switch => self.on_switch(&m),
             CtrlKind::RearmAck => self.link.on_rearm_ack(&m),
+            // The receiver's answer over the re-armed path: its arrival verified the path.
+            CtrlKind::RearmDone => {}
             CtrlKind::PlanNak => self.link.on_plan_nak(&m),
             CtrlKind::DrainState => self.link.on_drain_state(&m),
             _ => tracing::debug!("NET/HA : {}: ignored control {:?}", self.link.name, m),

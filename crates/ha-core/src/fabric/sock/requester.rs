@@ -68,7 +68,12 @@ fn connect(qp: &QpShared) -> Option<Counted<TcpStream>> {
         if qp.dead() {
             return None;
         }
-        let attempt = net::connect_from(qp.pd.ip, dst, deadline, &|| qp.dead())
+        // Each attempt gets a third of the window (at least 100 ms): a SYN lost while the rail
+        // was still coming back is retransmitted by the kernel only after a second, so a
+        // fresh attempt finds the rail sooner than waiting out the first.
+        let step = (tun.retry_timeout / 3).max(Duration::from_millis(100));
+        let attempt_deadline = (Instant::now() + step).min(deadline);
+        let attempt = net::connect_from(qp.pd.ip, dst, attempt_deadline, &|| qp.dead())
             .map(counters::socket)
             .and_then(|mut s| {
                 net::tune_stream(&s, tun.ack_tick())?;

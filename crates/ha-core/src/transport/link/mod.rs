@@ -392,15 +392,20 @@ impl Link {
         if unverified && self.path(i).health == Health::Healthy {
             self.verified_at[i] = Some(Instant::now());
         }
-        // A re-arm verifies on the sender with its `RearmDone` completing (the receiver's
-        // queue pair took it); on the receiver only once something of its own completed too
-        // (the probe it sends on `RearmDone`'s arrival): a sender that gave the attempt up
-        // may have closed its end after `RearmDone` arrived, and a path proven one way only is
-        // then a failed re-arm, not a lost standby.
+        // A re-arm verifies when both directions of the new queue pair carried something:
+        // the sender's `RearmDone` went out over it and the receiver answers with its own over
+        // it — the sender verifies when that answer arrives (a receive), the receiver when its
+        // answer completes (a send). One direction alone (a sender that gave the attempt up
+        // after `RearmDone` left, a receiver whose connect back timed out) is a failed re-arm,
+        // not a lost standby, and never reported verified.
+        let verifying = match self.role {
+            Role::Send => recv,
+            Role::Recv => !recv,
+        };
         if c.status.is_ok()
+            && verifying
             && self.rearmed.contains(&i)
             && self.path(i).health == Health::Healthy
-            && (self.role == Role::Send || !recv)
         {
             self.rearm_verified(i);
         }

@@ -1,11 +1,12 @@
 //! Re-arming a failed path: the sender offers a fresh queue pair on the failed path's device
 //! over the active path (`Rearm`, attempt n), the receiver answers with its own (`RearmAck`,
-//! attempt n), the sender connects and says so over the new path itself (`RearmDone`). Its
-//! completion verifies the path on the sender; its arrival lets the receiver probe the path at
-//! once, and that probe's completion verifies it there (both ways proven: a sender that gave
-//! the attempt up after `RearmDone` left costs a failed re-arm, not a lost standby) — so a
-//! re-arm verifies without any traffic and the receiver never probes a queue pair whose other
-//! end is not connected yet. Messages of an
+//! attempt n), the sender connects and says so over the new path itself (`RearmDone`), and
+//! the receiver answers with its own `RearmDone` over the new path: the answer's arrival
+//! verifies the path on the sender, its completion on the receiver — both directions proven on
+//! both sides (a sender that gave the attempt up after `RearmDone` left, or a receiver whose
+//! connect back timed out, costs a failed re-arm, never a "verified" standby that one direction
+//! cannot reach). So a re-arm verifies without any traffic and the receiver never posts on a
+//! queue pair whose other end is not connected yet. Messages of an
 //! older epoch (before a switch) or of another attempt are ignored. A receiver whose port of
 //! that path is down refuses the attempt (an answer without an endpoint).
 //!
@@ -15,7 +16,8 @@
 //! coming back (an asynchronous event) starts over from the hold-down. The log says the first
 //! failure of an outage and its end (INFO), each attempt only at DEBUG.
 
-use super::{Link, Rearming};
+use super::{Event, Link, Rearming};
+use crate::fabric::WcStatus;
 use crate::transport::path::Path;
 use ha_proto::data::layout::{CtrlKind, CtrlMsg};
 use ha_proto::handshake::PathParams;
@@ -218,6 +220,30 @@ impl Link {
                 );
             }
             Err(e) => self.refuse_rearm(d, msg.b, &e.to_string()),
+        }
+    }
+
+    /// Receiver: the sender's `RearmDone` arrived over the re-armed path `msg.a`: answer over
+    /// that path (its completion verifies the path here, its arrival at the sender there).
+    pub fn on_rearm_done(&mut self, msg: &CtrlMsg) -> Event {
+        let d = msg.a as usize;
+        if d >= self.paths.len() || !self.rearmed.contains(&d) || !self.current(msg) {
+            return Event::Nothing;
+        }
+        let answer = CtrlMsg {
+            kind: CtrlKind::RearmDone,
+            epoch: self.epoch,
+            a: d as u64,
+            b: msg.b,
+            endpoint: Vec::new(),
+        };
+        match self.send_ctrl(d, &answer) {
+            Ok(()) => Event::Nothing,
+            Err(e) => self.path_error(
+                d,
+                WcStatus::LocQpOpErr,
+                format!("re-arm answer over the new path: {e}"),
+            ),
         }
     }
 

@@ -207,9 +207,8 @@ impl Link {
     }
 
     /// Heartbeats of the idle standby (a standby whose port is down is lost at once). The
-    /// receiver does not probe a re-armed path before the sender's first message on it proves
-    /// the sender's end connected (a probe into an unconnected queue pair fails on verbs), and
-    /// probes it at once when it has: that probe's completion verifies the re-arm here.
+    /// re-armed path is not probed before something completed on it (a probe into a queue pair
+    /// whose other end is not connected yet fails on verbs).
     fn check_standby(&mut self, now: Instant) -> Event {
         for i in 0..self.paths.len() {
             if i == self.active || !self.usable(i) {
@@ -223,11 +222,11 @@ impl Link {
                 }
                 continue;
             }
-            if self.role == Role::Recv
-                && self.rearmed.contains(&i)
-                && self.path(i).health != Health::Healthy
-            {
-                continue; // the sender's `RearmDone` has not arrived: its end may not be connected
+            if self.rearmed.contains(&i) && self.path(i).health != Health::Healthy {
+                // Nothing completed on it yet: the other end may not be connected (on verbs a
+                // probe into such a queue pair fails). Once `RearmDone` went through, probes
+                // find an end that died before answering (a failed re-arm).
+                continue;
             }
             let hb = self.cfg.heartbeat;
             let addr = self.peer_addr;

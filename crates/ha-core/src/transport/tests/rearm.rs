@@ -218,3 +218,59 @@ fn a_rearm_the_sender_gave_up_after_its_message_arrived_is_no_lost_standby() {
     assert!(p.send.link.rearm_attempts() >= 2);
     assert!(p.send.link.usable(0) && p.recv.link.usable(0));
 }
+
+/// #13 (mixed-load run 6, drills 12 and 20): the receiver's connect back over the re-armed
+/// rail timed out (its first SYN lost while the rail came back), while the sender's
+/// `RearmDone` got through: the sender reported the path re-armed (verified) although nothing
+/// could reach it from the receiver; the drill then cut the other rail and the connection was
+/// lost. The receiver now answers `RearmDone` over the new path and the sender verifies only on
+/// that answer: here the answer cannot be posted, so attempt 1 fails on both sides without a
+/// "verified" anywhere, and attempt 2 re-arms both.
+#[test]
+fn a_rearm_the_receiver_cannot_answer_is_never_reported_verified() {
+    let _l = TEST_LOCK.read();
+    let mut p = Pair::new(HaCfg {
+        rearm_hold: Duration::from_millis(300),
+        ..cfg()
+    });
+    let mut flow = Flow::new(&p, 8, 64 << 10);
+    flow.run(&mut p, 50, Duration::from_secs(30)).unwrap();
+    fail_over(&mut p, &mut flow);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.send.link.rearm_pending().is_none() {
+        assert!(Instant::now() < deadline, "no re-arm started");
+        p.send.pump();
+    }
+    let r_old = p.qpn(false, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.qpn(false, 0) == r_old {
+        assert!(
+            Instant::now() < deadline,
+            "the receiver did not answer the re-arm"
+        );
+        p.recv.pump();
+    }
+    // The receiver's only post on its new queue pair is its answer: it fails.
+    p.ctl.fail_posts(p.qpn(false, 0), 1);
+    pump_both_until(&mut p, Duration::from_secs(20), "attempt 1 given up", |p| {
+        p.send.stats().rearm_failed >= 1 && p.recv.stats().rearm_failed >= 1
+    });
+    assert_eq!(
+        p.send.stats().rearms,
+        0,
+        "the sender reported attempt 1 verified"
+    );
+    pump_both_until(&mut p, Duration::from_secs(20), "re-armed", |p| {
+        p.send.stats().rearms >= 1 && p.recv.stats().rearms >= 1
+    });
+    flow.run(&mut p, 200, Duration::from_secs(30)).unwrap();
+    let lost = (p.send.stats().standby_lost, p.recv.stats().standby_lost);
+    assert_eq!(
+        lost,
+        (0, 0),
+        "a half-verified re-arm counted as a lost standby"
+    );
+    let rearms = (p.send.stats().rearms, p.recv.stats().rearms);
+    assert_eq!(rearms, (1, 1), "re-arms verified (sender, receiver)");
+    assert!(p.send.link.usable(0) && p.recv.link.usable(0));
+}
