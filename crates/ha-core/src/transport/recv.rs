@@ -238,9 +238,10 @@ impl RecvComm {
         let Some(p) = self.link.planned().cloned() else {
             return;
         };
-        if self.machine.delivered() >= p.upto && self.link.path(p.from).needs_cover() {
-            // An unsignaled clear-to-send is the last thing posted there: a probe behind it
-            // tells when it completed.
+        if self.link.path(p.from).needs_cover() {
+            // An unsignaled clear-to-send is the last thing posted there (and stays the last:
+            // no clear-to-send is posted while a plan is on): a probe behind it tells when it
+            // completed, in flight while the sender's last messages arrive.
             let addr = self.link.peer_addr;
             if let Err(e) = self.link.path_mut(p.from).cover(addr) {
                 let ev = self.link.path_error(

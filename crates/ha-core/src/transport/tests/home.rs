@@ -96,7 +96,9 @@ fn a_drain_moves_traffic_off_the_device_until_the_undrain() {
     );
     p.ctl.cut(0, false);
     p.ctl_r.cut(0, false);
-    pump_until(&mut p, &mut flow, Duration::from_secs(20), "re-arm", |p| {
+    // Attempts failed while the rail was cut, each doubling the wait: on a loaded host the
+    // next one may come 20 s later.
+    pump_until(&mut p, &mut flow, Duration::from_secs(45), "re-arm", |p| {
         rearmed(p, 1)
     });
     hold_on(&mut p, &mut flow, HOLD * 3, |p| {
