@@ -75,36 +75,30 @@ def label_setting(rto, qpt):
     return f"RTO {rto} ms, QP timeout {qpt} ({window_ms(qpt):.0f} ms)"
 
 
+def false_cell(p):
+    soft = "" if p["soft"] is None else f"; soft {p['soft']}"
+    c = f"{p['false'] * 60 / p['secs']:.1f} ({p['false']}{soft})"
+    return c if p["ok"] else c + " STREAM FAILED"
+
+
+def detect_cell(p):
+    d = p["detect"]
+    return f"{median(d):.0f} ({min(d)}-{max(d)})" if d else "moved"
+
+
 def tables(pts, impairs, settings):
     by = {(p["impair"], p["rto"], p["qpt"]): p for p in pts}
-    out = []
     head = "| setting | " + " | ".join(label_impair(i) for i in impairs) + " |"
     rule = "|---|" + "---:|" * len(impairs)
-    out += ["**False failovers per minute** under the impairment (count in brackets, and how many of them a soft timeout started — the rest are the queue pair's own RETRY_EXC_ERR; a failed stream is marked):", "", head, rule]
-    for rto, qpt in settings:
-        cells = []
-        for i in impairs:
-            p = by.get((i, rto, qpt))
-            if p is None:
-                cells.append("-")
-                continue
-            soft = "" if p["soft"] is None else f"; soft {p['soft']}"
-            c = f"{p['false'] * 60 / p['secs']:.1f} ({p['false']}{soft})"
-            cells.append(c if p["ok"] else c + " STREAM FAILED")
-        out.append(f"| {label_setting(rto, qpt)} | " + " | ".join(cells) + " |")
-    out += ["", "**Detection of the blackhole** that follows, ms: median (min-max) over the connections that failed over from rail A (\"moved\": traffic had already left rail A):", "", head, rule]
-    for rto, qpt in settings:
-        cells = []
-        for i in impairs:
-            p = by.get((i, rto, qpt))
-            if p is None:
-                cells.append("-")
-            elif not p["detect"]:
-                cells.append("moved")
-            else:
-                d = p["detect"]
-                cells.append(f"{median(d):.0f} ({min(d)}-{max(d)})")
-        out.append(f"| {label_setting(rto, qpt)} | " + " | ".join(cells) + " |")
+    out = []
+    for title, cell in [
+        ("**False failovers per minute** under the impairment (count in brackets, and how many of them a soft timeout started — the rest are the queue pair's own RETRY_EXC_ERR; a failed stream is marked):", false_cell),
+        ("**Detection of the blackhole** that follows, ms: median (min-max) over the connections that failed over from rail A (\"moved\": traffic had already left rail A):", detect_cell),
+    ]:
+        out += ([""] if out else []) + [title, "", head, rule]
+        for rto, qpt in settings:
+            cells = [cell(by[(i, rto, qpt)]) if (i, rto, qpt) in by else "-" for i in impairs]
+            out.append(f"| {label_setting(rto, qpt)} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 

@@ -111,6 +111,17 @@ pub struct SideFigures {
 }
 
 impl SideFigures {
+    /// This process now, with `csw` context switches counted over its timed rounds.
+    fn measured(csw: u64) -> SideFigures {
+        let (threads, rss_kib, fds) = sample_self();
+        SideFigures {
+            threads,
+            rss_kib,
+            fds,
+            csw,
+        }
+    }
+
     fn line(&self) -> String {
         format!(
             "S {} {} {} {}",
@@ -321,15 +332,9 @@ fn pong(c: &mut Conns<'_>, o: &ScaleOpts) -> Result<(), String> {
     Ok(())
 }
 
+/// The plugin opened and initialised on device `dev` (as every harness command opens it).
 fn load(path: &std::path::Path, dev: i32) -> Result<Plugin, String> {
-    let mut plugin = Plugin::open(path)?;
-    plugin.set_logger(nccl_net_loader::logger_for(&plugin.name()));
-    plugin.init().map_err(|e| format!("init: {e}"))?;
-    let ndev = plugin.devices().map_err(|e| format!("devices: {e}"))?;
-    if dev >= ndev {
-        return Err(format!("device {dev}: the plugin has {ndev} device(s)"));
-    }
-    Ok(plugin)
+    super::stream::load(path, None, dev).map(|(plugin, _)| plugin)
 }
 
 /// One connection count, side A: (A's figures, B's figures, round medians).
@@ -367,14 +372,7 @@ fn one_count(
         let mut c = open_conns(plugin, o.dev, n, o.size, &mut lines)?;
         let csw0 = own_csw();
         let medians = ping(&mut c, o)?;
-        let csw = own_csw() - csw0;
-        let (threads, rss_kib, fds) = sample_self();
-        let a = SideFigures {
-            threads,
-            rss_kib,
-            fds,
-            csw,
-        };
+        let a = SideFigures::measured(own_csw() - csw0);
         let line = lines.next()?;
         let b = SideFigures::parse(&line)
             .ok_or_else(|| format!("scale: the peer said {line:?}, expected its figures"))?;
@@ -465,14 +463,7 @@ pub fn peer_main(args: &[String]) -> i32 {
         let mut c = open_conns(&plugin, o.dev, n, o.size, &mut lines)?;
         let csw0 = own_csw();
         pong(&mut c, &o)?;
-        let csw = own_csw() - csw0;
-        let (threads, rss_kib, fds) = sample_self();
-        let f = SideFigures {
-            threads,
-            rss_kib,
-            fds,
-            csw,
-        };
+        let f = SideFigures::measured(own_csw() - csw0);
         lines.send(&f.line())?;
         let bye = lines.next()?;
         if bye != "BYE" {

@@ -238,20 +238,18 @@ impl RecvComm {
         let Some(p) = self.link.planned().cloned() else {
             return;
         };
-        if self.link.path(p.from).needs_cover() {
-            // An unsignaled clear-to-send is the last thing posted there (and stays the last:
-            // no clear-to-send is posted while a plan is on): a probe behind it tells when it
-            // completed, in flight while the sender's last messages arrive.
-            let addr = self.link.peer_addr;
-            if let Err(e) = self.link.path_mut(p.from).cover(addr) {
-                let ev = self.link.path_error(
-                    p.from,
-                    WcStatus::LocQpOpErr,
-                    format!("probe behind a clear-to-send: {e}"),
-                );
-                self.on_event(ev);
-                return;
-            }
+        // An unsignaled clear-to-send last on the path left (it stays the last: none is posted
+        // while a plan is on) gets a probe behind it that tells when it completed, in flight
+        // while the sender's last messages arrive; `cover` posts nothing otherwise.
+        let addr = self.link.peer_addr;
+        if let Err(e) = self.link.path_mut(p.from).cover(addr) {
+            let ev = self.link.path_error(
+                p.from,
+                WcStatus::LocQpOpErr,
+                format!("probe behind a clear-to-send: {e}"),
+            );
+            self.on_event(ev);
+            return;
         }
         if self.machine.delivered() < p.upto || self.link.path(p.from).data_in_flight() {
             if self.link.plan_overdue(&p) {

@@ -134,10 +134,16 @@ impl Ctl {
 
     /// Stop holding `qpn`'s completions and hand back the held ones, in order.
     pub fn release(&self, qpn: u32) {
+        self.release_as(qpn, |c| c);
+    }
+
+    /// Stop holding `qpn`'s completions and hand the held ones back through `f`, in order.
+    fn release_as(&self, qpn: u32, mut f: impl FnMut(Completion) -> Completion) {
         self.hold.lock().remove(&qpn);
         for (cq, _) in self.cqs.lock().iter() {
             if let Some(cq) = cq.upgrade() {
-                cq.release(qpn);
+                let go = cq.take_held(qpn);
+                cq.injected.lock().extend(go.into_iter().map(&mut f));
             }
         }
     }
@@ -155,23 +161,15 @@ impl Ctl {
     /// Stop holding `qpn`'s completions and hand the held ones back as failures: the first
     /// `status`, the rest flushed (what the device would say had its retries run out).
     pub fn release_failed(&self, qpn: u32, status: WcStatus) {
-        self.hold.lock().remove(&qpn);
         let mut first = true;
-        for (cq, _) in self.cqs.lock().iter() {
-            let Some(cq) = cq.upgrade() else { continue };
-            let mut held = cq.held.lock();
-            let (go, keep): (VecDeque<_>, VecDeque<_>) =
-                held.drain(..).partition(|c| c.qp_num == qpn);
-            *held = keep;
-            cq.injected.lock().extend(go.into_iter().map(|mut c| {
-                c.status = if std::mem::take(&mut first) {
-                    status
-                } else {
-                    WcStatus::WrFlushErr
-                };
-                c
-            }));
-        }
+        self.release_as(qpn, |mut c| {
+            c.status = if std::mem::take(&mut first) {
+                status
+            } else {
+                WcStatus::WrFlushErr
+            };
+            c
+        });
     }
 
     /// Hand `c` to its queue pair's completion queue as if the device had written it.
@@ -340,11 +338,12 @@ struct CtlCq {
 }
 
 impl CtlCq {
-    fn release(&self, qpn: u32) {
+    /// The held completions of `qpn`, in order, taken out of the held ones.
+    fn take_held(&self, qpn: u32) -> VecDeque<Completion> {
         let mut held = self.held.lock();
         let (go, keep): (VecDeque<_>, VecDeque<_>) = held.drain(..).partition(|c| c.qp_num == qpn);
         *held = keep;
-        self.injected.lock().extend(go);
+        go
     }
 }
 

@@ -26,6 +26,31 @@ fn pump_both_until(p: &mut Pair, within: Duration, what: &str, done: impl Fn(&Pa
     }
 }
 
+/// A pair failed over from path 0 whose sender started re-arming it and whose receiver
+/// answered (installed its new queue pair): the sender's new queue pair number.
+fn rearm_answered(p: &mut Pair, flow: &mut Flow) -> u32 {
+    flow.run(p, 50, Duration::from_secs(30)).unwrap();
+    fail_over(p, flow);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sq = loop {
+        if let Some(q) = p.send.link.rearm_qpn() {
+            break q;
+        }
+        assert!(Instant::now() < deadline, "no re-arm started");
+        p.send.pump();
+    };
+    let r_old = p.qpn(false, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.qpn(false, 0) == r_old {
+        assert!(
+            Instant::now() < deadline,
+            "the receiver did not answer the re-arm"
+        );
+        p.recv.pump();
+    }
+    sq
+}
+
 /// Finding (re-arm attempts): `Rearm`/`RearmAck` carried no attempt id, so the answer to an
 /// attempt that timed out was taken as the answer to the next one and the sender's new queue
 /// pair was connected to one the receiver had already replaced (it never verified).
@@ -161,26 +186,10 @@ fn a_rearm_the_sender_gave_up_after_its_message_arrived_is_no_lost_standby() {
         ..cfg()
     });
     let mut flow = Flow::new(&p, 8, 64 << 10);
-    flow.run(&mut p, 50, Duration::from_secs(30)).unwrap();
-    fail_over(&mut p, &mut flow);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let sq = loop {
-        if let Some(q) = p.send.link.rearm_qpn() {
-            break q;
-        }
-        assert!(Instant::now() < deadline, "no re-arm started");
-        p.send.pump();
-    };
+    // The sender has not read the receiver's answer yet: nothing of its new queue pair has
+    // completed when its completions start being held.
+    let sq = rearm_answered(&mut p, &mut flow);
     p.ctl.hold(sq);
-    let r_old = p.qpn(false, 0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while p.qpn(false, 0) == r_old {
-        assert!(
-            Instant::now() < deadline,
-            "the receiver did not answer the re-arm"
-        );
-        p.recv.pump();
-    }
     let rq = p.qpn(false, 0);
     p.ctl.hold(rq);
     // The sender connects and sends `RearmDone`; the receiver's queue pair takes it (the
@@ -234,22 +243,7 @@ fn a_rearm_the_receiver_cannot_answer_is_never_reported_verified() {
         ..cfg()
     });
     let mut flow = Flow::new(&p, 8, 64 << 10);
-    flow.run(&mut p, 50, Duration::from_secs(30)).unwrap();
-    fail_over(&mut p, &mut flow);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while p.send.link.rearm_pending().is_none() {
-        assert!(Instant::now() < deadline, "no re-arm started");
-        p.send.pump();
-    }
-    let r_old = p.qpn(false, 0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while p.qpn(false, 0) == r_old {
-        assert!(
-            Instant::now() < deadline,
-            "the receiver did not answer the re-arm"
-        );
-        p.recv.pump();
-    }
+    rearm_answered(&mut p, &mut flow);
     // The receiver's only post on its new queue pair is its answer: it fails.
     p.ctl.fail_posts(p.qpn(false, 0), 1);
     pump_both_until(&mut p, Duration::from_secs(20), "attempt 1 given up", |p| {
