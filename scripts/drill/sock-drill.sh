@@ -11,6 +11,11 @@
 #   --rail R           rail cut first: 0 or 1 (default 0; the plugin's device 0 is rail 0)
 #   --end E            near (ha-a's end), far (ha-b's end), random per drill (default) or
 #                      alternate (near, far, near, ...)
+#   --kind K           how the rail fails: down (default: `ip link set` the end down), blackhole
+#                      (links stay up, both ends route the other's rail address to a blackhole:
+#                      nothing gets through either way, no port event) or oneway (only the
+#                      chosen end's packets are dropped: near = a→b lost, far = b→a lost);
+#                      a restore removes the blackhole routes
 #   --cut-at A-B       cut at a random moment A..B seconds after traffic started (default 0.5-1.5)
 #   --restore T        bring the cut rail back up T seconds after the cut (re-arm)
 #   --second-cut T     T seconds after the restore, cut the other rail too (needs --restore)
@@ -32,6 +37,8 @@
 #   --plugin PATH      plugin (default dist/libnccl-net-ha.so, else target/release/...)
 #   --keep DIR         keep every drill's log, events and JSON in DIR (default: temporary;
 #                      kept only when a drill failed)
+#   --detect FILE      append one line per cut: kind, end, and when each side's first failover
+#                      after it was detected (ms after the cut, from the stats file), or "-"
 #   --pictures DIR     draw each drill's timeline (ha-harness timeline: throughput per path,
 #                      cut, detection, switch, stall, re-arm) as DIR/drill<n>.svg and .png
 #   --stats-ms MS      HA_NCCL_STATS_INTERVAL_MS of both sides (default 100): each drill's
@@ -51,7 +58,7 @@ export HA_RAILS_PREFIX=$PREFIX
 NS_A="${PREFIX}a"
 NS_B="${PREFIX}b"
 
-DRILLS=1 RAIL=0 END=random CUT_AT=0.5-1.5 RESTORE="" SECOND="" FLAP="" NOCUT=0
+DRILLS=1 RAIL=0 END=random KIND=down DETECT="" CUT_AT=0.5-1.5 RESTORE="" SECOND="" FLAP="" NOCUT=0
 EXPECT=pass ERROR_WITHIN=5000 DURATION=4 MAX_SIZE=1M TIMEOUT=10 SEED="" KEEP="" PICTURES="" STATS_MS=100
 HARNESS="" PLUGIN="" ENVS=()
 
@@ -70,6 +77,8 @@ while [ $# -gt 0 ]; do
     --drills) DRILLS=$val ;;
     --rail) RAIL=$val ;;
     --end) END=$val ;;
+    --kind) KIND=$val ;;
+    --detect) DETECT=$val ;;
     --cut-at) CUT_AT=$val ;;
     --restore) RESTORE=$val ;;
     --second-cut) SECOND=$val ;;
@@ -94,6 +103,7 @@ isnum() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
 [[ $DRILLS =~ ^[1-9][0-9]*$ ]] || die "--drills must be >= 1"
 [[ $RAIL =~ ^[01]$ ]] || die "--rail is 0 or 1"
 [[ $END =~ ^(near|far|random|alternate)$ ]] || die "--end is near, far, random or alternate"
+[[ $KIND =~ ^(down|blackhole|oneway)$ ]] || die "--kind is down, blackhole or oneway"
 [[ $EXPECT =~ ^(pass|error)$ ]] || die "--expect is pass or error"
 [[ $CUT_AT =~ ^([0-9]+([.][0-9]+)?)-([0-9]+([.][0-9]+)?)$ ]] || die "--cut-at is A-B (seconds)"
 for v in "$DURATION" "$TIMEOUT" "$ERROR_WITHIN" ${RESTORE:+"$RESTORE"} ${SECOND:+"$SECOND"} ${FLAP:+"$FLAP"}; do
@@ -148,7 +158,7 @@ need_s=$(awk -v c="$CUT_MAX" -v r="${RESTORE:-0}" -v s="${SECOND:-0}" -v f="${FL
 STREAM_S=$(awk -v a="$DURATION" -v b="$need_s" 'BEGIN { printf "%.3f", (a > b) ? a : b }')
 KILL_AFTER=$(awk -v d="$STREAM_S" -v t="$TIMEOUT" 'BEGIN { printf "%d", d + t + 30 }')
 
-mode="cut rail$RAIL end $END at ${CUT_AT}s"
+mode="cut ($KIND) rail$RAIL end $END at ${CUT_AT}s"
 [ -z "$RESTORE" ] || mode+=", restore after ${RESTORE}s"
 [ -z "$SECOND" ] || mode+=", second cut after ${SECOND}s"
 [ -z "$FLAP" ] || mode="flap rail$RAIL end $END for ${FLAP}s"
@@ -168,14 +178,50 @@ act() { # act EVENTS cut|restore RAIL [END]
   local t u d
   t=$(now_ns)
   u=$(date +%s%3N)
-  case "$2/${4:-}" in
-    cut/near) ip -n "$NS_A" link set "r$3a" down ;;
-    cut/far) ip -n "$NS_B" link set "r$3b" down ;;
-    restore/*) ip -n "$NS_A" link set "r$3a" up; ip -n "$NS_B" link set "r$3b" up ;;
+  case "$KIND/$2/${4:-}" in
+    down/cut/near) ip -n "$NS_A" link set "r$3a" down ;;
+    down/cut/far) ip -n "$NS_B" link set "r$3b" down ;;
+    blackhole/cut/*) ip -n "$NS_A" route add blackhole "10.88.$3.2/32"
+                     ip -n "$NS_B" route add blackhole "10.88.$3.1/32" ;;
+    oneway/cut/near) ip -n "$NS_A" route add blackhole "10.88.$3.2/32" ;;
+    oneway/cut/far) ip -n "$NS_B" route add blackhole "10.88.$3.1/32" ;;
+    */restore/*) ip -n "$NS_A" route del blackhole "10.88.$3.2/32" 2>/dev/null || true
+                 ip -n "$NS_B" route del blackhole "10.88.$3.1/32" 2>/dev/null || true
+                 ip -n "$NS_A" link set "r$3a" up; ip -n "$NS_B" link set "r$3b" up ;;
   esac
   d=$(date +%s%3N)
   if [ "$2" = cut ]; then echo "$t cut rail$3/$4" >>"$1"; else echo "$t restore rail$3" >>"$1"; fi
   printf '{"event":"%s","unix_ms":%s,"done_unix_ms":%s,"rail":%s%s}\n' "$2" "$u" "$d" "$3" "${4:+,\"end\":\"$4\"}" >>"$1.jsonl"
+}
+
+# One line for the --detect file: per side, how long after the first cut its first failover
+# was detected (the stats file's detect_unix_ms against the cut's unix_ms), and why.
+detection() { # detection DIR END
+  python3 - "$1/events.jsonl" "$1/stats.jsonl" "$KIND" "$2" <<'PY'
+import json, sys
+def lines(p):
+    try:
+        return [json.loads(l) for l in open(p) if l.strip()]
+    except (OSError, ValueError):
+        return []
+cuts = [e for e in lines(sys.argv[1]) if e.get("event") == "cut"]
+if not cuts:
+    print(f"kind={sys.argv[3]} end={sys.argv[4]} no-cut"); sys.exit(0)
+cut = cuts[0]["unix_ms"]
+first = {}
+for e in lines(sys.argv[2]):
+    if e.get("event") == "failover" and e.get("detect_unix_ms", 0) >= cut - 5:
+        r = e.get("role", "?")
+        if r not in first or e["detect_unix_ms"] < first[r]["detect_unix_ms"]:
+            first[r] = e
+out = [f"kind={sys.argv[3]}", f"end={sys.argv[4]}"]
+for r in ("send", "recv"):
+    out.append(f"{r}={first[r]['detect_unix_ms'] - cut}" if r in first else f"{r}=-")
+for r in ("send", "recv"):
+    if r in first:
+        out.append(f"{r}_cause=\"{first[r].get('cause', '')}\"")
+print(" ".join(out))
+PY
 }
 
 # Draws drill N's timeline into $PICTURES (if asked); a failure to draw is said, not fatal.
@@ -201,6 +247,10 @@ run_drill() {
   local ev="$dir/events" log="$dir/stream.log" js="$dir/stream.json"
   : >"$ev"; : >"$ev.jsonl"; rm -f "$dir/stats.jsonl"
   bash "$RAILS" restore 0; bash "$RAILS" restore 1
+  local r; for r in 0 1; do
+    ip -n "$NS_A" route del blackhole "10.88.$r.2/32" 2>/dev/null || true
+    ip -n "$NS_B" route del blackhole "10.88.$r.1/32" 2>/dev/null || true
+  done
   [ "$end" != random ] || { if [ $((RANDOM % 2)) = 0 ]; then end=near; else end=far; fi; }
   [ "$end" != alternate ] || { if [ $((n % 2)) = 1 ]; then end=near; else end=far; fi; }
   ip netns exec "$NS_A" env HA_NCCL_FABRIC=sock HA_NCCL_SOCK_RAILS=r0a,r1a NCCL_SOCKET_IFNAME=oa \
@@ -254,6 +304,7 @@ run_drill() {
   wait "$HPID" || rc=$?
   HPID=""
   verdict "$n" "$end" "$log" "$rc" "$hung" "$toggles"
+  [ -z "$DETECT" ] || detection "$dir" "$end" >>"$DETECT"
   picture "$n" "$dir"
 }
 

@@ -193,6 +193,14 @@ pub const RTO_ADAPTIVE: Param = Param {
     range: None,
 };
 
+pub const SILENCE_MS: Param = Param {
+    name: "HA_NCCL_SILENCE_MS",
+    kind: Kind::Millis,
+    default: "25",
+    doc: "Fast detection (`sock`): when the active path's link leaves data unacknowledged for this long (TCP acknowledgements from the peer's kernel, below payload: a 64 MiB write does not delay them) and the standby then answers a probe while the active link stays silent, traffic moves to the standby (fenced failover, nothing lost). A stopped or descheduled peer answers on neither path, so it is waited for. Widens with the adaptive soft timeout after false alarms. 0 = off (detection by `HA_NCCL_SOCK_RETRY_MS` and `HA_NCCL_RTO_MS` alone). `verbs` has no such signal yet: ignored there.",
+    range: None,
+};
+
 pub const HEARTBEAT_MS: Param = Param {
     name: "HA_NCCL_HEARTBEAT_MS",
     kind: Kind::Millis,
@@ -343,6 +351,7 @@ pub const PARAMS: &[Param] = &[
     STANDBY_MAP,
     RTO_MS,
     RTO_ADAPTIVE,
+    SILENCE_MS,
     HEARTBEAT_MS,
     FAILBACK,
     REARM_HOLD_MS,
@@ -391,6 +400,8 @@ pub struct Config {
     pub standby_map: String,
     /// `HA_NCCL_RTO_MS`.
     pub rto: Duration,
+    /// `HA_NCCL_SILENCE_MS` (zero: off).
+    pub silence: Duration,
     /// `HA_NCCL_HEARTBEAT_MS`.
     pub heartbeat: Duration,
     /// `HA_NCCL_FAILBACK`.
@@ -514,6 +525,7 @@ impl Config {
             enable_backup: parse_bool(&ENABLE_BACKUP, &text(&ENABLE_BACKUP))?,
             standby_map: text(&STANDBY_MAP).trim().to_string(),
             rto: Duration::from_millis(parse_number(&RTO_MS, &text(&RTO_MS))?),
+            silence: Duration::from_millis(parse_number(&SILENCE_MS, &text(&SILENCE_MS))?),
             heartbeat: Duration::from_millis(parse_number(&HEARTBEAT_MS, &text(&HEARTBEAT_MS))?),
             failback: parse_bool(&FAILBACK, &text(&FAILBACK))?,
             rearm_hold: Duration::from_millis(parse_number(&REARM_HOLD_MS, &text(&REARM_HOLD_MS))?),
@@ -1115,6 +1127,7 @@ mod tests {
             ("HA_NCCL_SOCK_MAX_QP", "29"),
             ("HA_NCCL_SOCK_MAX_CQE", "31"),
             ("HA_NCCL_GDR", "1"),
+            ("HA_NCCL_SILENCE_MS", "53"),
         ])
         .unwrap();
         let Config {
@@ -1132,6 +1145,7 @@ mod tests {
             enable_backup,
             standby_map,
             rto,
+            silence,
             heartbeat,
             failback,
             rearm_hold,
@@ -1162,6 +1176,7 @@ mod tests {
         assert_eq!(standby_map, "0:1");
         assert_eq!(rto, Duration::from_millis(170));
         assert_eq!(heartbeat, Duration::from_millis(19));
+        assert_eq!(silence, Duration::from_millis(53));
         assert_eq!(rearm_hold, Duration::from_millis(23));
         assert_eq!(rearm_backoff_max, Duration::from_millis(37));
         assert!(!return_home);
@@ -1175,7 +1190,7 @@ mod tests {
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
         assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
         assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
-        assert_eq!(PARAMS.len(), 30, "one PARAMS row per Config field");
+        assert_eq!(PARAMS.len(), 31, "one PARAMS row per Config field");
     }
 
     #[test]

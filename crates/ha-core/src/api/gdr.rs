@@ -180,6 +180,7 @@ mod tests {
             enable_backup: backup,
             standby_map: map.into(),
             rto: Duration::from_secs(1),
+            silence: Duration::ZERO,
             heartbeat: Duration::from_secs(1),
             failback: true,
             rearm_hold: Duration::from_secs(1),

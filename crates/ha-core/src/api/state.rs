@@ -177,6 +177,7 @@ fn build() -> ApiResult<Plugin> {
         enable_backup: cfg.enable_backup,
         standby_map: cfg.standby_map.clone(),
         rto: cfg.rto,
+        silence: cfg.silence,
         heartbeat: cfg.heartbeat,
         failback: cfg.failback,
         rearm_hold: cfg.rearm_hold,

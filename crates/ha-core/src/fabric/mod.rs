@@ -268,6 +268,15 @@ pub trait QueuePair: Send + Sync {
     fn link_alive(&self) -> Option<bool> {
         None
     }
+    /// How long the link under this queue pair has left data unanswered below the peer's
+    /// threads, as far as the fabric can tell now: `Some(ZERO)` when nothing waits for an
+    /// answer, `None` when the fabric cannot tell (`verbs`). `sock`: the peer's kernel has
+    /// not acknowledged segments in flight for that long (`TCP_INFO`) — a signal under the
+    /// payload, which a large write does not delay. The caller bounds it by how long its own
+    /// oldest work request has been out (an acknowledgement of earlier data may be older).
+    fn link_silence(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A fabric: a set of devices and the way to open them.

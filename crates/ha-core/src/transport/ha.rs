@@ -14,6 +14,9 @@ pub struct HaCfg {
     pub enable_backup: bool,
     pub standby_map: String,
     pub rto: Duration,
+    /// `HA_NCCL_SILENCE_MS`: how long the active link may leave data unacknowledged before the
+    /// standby is asked whether the peer answers there (zero: off).
+    pub silence: Duration,
     pub heartbeat: Duration,
     pub failback: bool,
     pub rearm_hold: Duration,

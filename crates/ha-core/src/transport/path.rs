@@ -78,6 +78,8 @@ pub struct Path {
     probes: u64,
     probe_outstanding: bool,
     last_probe: Option<Instant>,
+    /// When something last completed here successfully (the peer's end answered).
+    last_answer: Option<Instant>,
     /// Where bytes and work requests posted on this path are counted (the link's counters of
     /// this path index, read live by the stats writer).
     pub meter: PathMeter,
@@ -108,6 +110,7 @@ impl Path {
             probes: 0,
             probe_outstanding: false,
             last_probe: None,
+            last_answer: None,
             meter: PathMeter::default(),
         };
         p.refill()?;
@@ -175,17 +178,33 @@ impl Path {
         if decode_wr_id(c.wr_id).0 == Some(WrKind::Probe) {
             self.probe_outstanding = false;
         }
-        if c.status.is_ok() && self.health == Health::Unverified {
-            self.health = Health::Healthy;
+        self.answered(c);
+    }
+
+    /// A successful completion: the path is verified, and the peer answered now.
+    fn answered(&mut self, c: &Completion) {
+        if c.status.is_ok() {
+            self.last_answer = Some(Instant::now());
+            if self.health == Health::Unverified {
+                self.health = Health::Healthy;
+            }
         }
+    }
+
+    /// When something last completed here successfully.
+    pub fn last_answer(&self) -> Option<Instant> {
+        self.last_answer
+    }
+
+    /// Whether a probe posted here is still to complete.
+    pub fn probe_in_flight(&self) -> bool {
+        self.probe_outstanding
     }
 
     /// Account a receive completion; re-posts while the path is usable.
     pub fn on_recv_completion(&mut self, c: &Completion) -> FabricResult<()> {
         self.recvs = self.recvs.saturating_sub(1);
-        if c.status.is_ok() && self.health == Health::Unverified {
-            self.health = Health::Healthy;
-        }
+        self.answered(c);
         if self.health != Health::Failed {
             self.refill()?;
         }
@@ -224,6 +243,12 @@ impl Path {
     /// When the oldest signaled work request still outstanding was posted.
     pub fn oldest_outstanding(&self) -> Option<Instant> {
         self.outstanding.iter().find(|p| p.signaled).map(|p| p.at)
+    }
+
+    /// When the oldest work request still outstanding was posted, signaled or not (an
+    /// unsignaled clear-to-send counts: its bytes are on the link too).
+    pub fn oldest_posted(&self) -> Option<Instant> {
+        self.outstanding.front().map(|p| p.at)
     }
 
     /// Fence: ERR, so nothing more is placed through this queue pair; everything posted

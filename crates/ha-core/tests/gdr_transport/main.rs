@@ -42,6 +42,7 @@ fn cfg(backup: bool) -> HaCfg {
         // Long enough that a loaded host does not fail a healthy path over (the tests check
         // which device each flush went to), short enough to keep the stall tests quick.
         rto: Duration::from_millis(1500),
+        silence: Duration::ZERO,
         heartbeat: Duration::from_millis(200),
         // No re-arm: the tests look at which device each flush went to.
         failback: false,

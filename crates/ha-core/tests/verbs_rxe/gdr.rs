@@ -82,6 +82,7 @@ fn ha_cfg() -> HaCfg {
         enable_backup: false,
         standby_map: String::new(),
         rto: Duration::from_secs(20),
+        silence: Duration::ZERO,
         heartbeat: Duration::from_secs(1),
         failback: false,
         rearm_hold: Duration::from_secs(2),

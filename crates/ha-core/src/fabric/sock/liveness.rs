@@ -113,6 +113,7 @@ mod tests {
             probes,
             since_ack: Duration::from_millis(since_ack_ms),
             zero_window: true,
+            unsent: 0,
         }
     }
 
@@ -254,6 +255,29 @@ mod tests {
             "a new wait starts at its first sample"
         );
         assert!(dead(&w.observe(sample(1, 0, 10_000), ms(t0, 1300))));
+    }
+
+    #[test]
+    fn silence_counts_only_while_tcp_waits_for_the_link() {
+        let ms = Duration::from_millis;
+        // Segments in flight: the time since the last acknowledgement.
+        assert_eq!(open(3, 0, 40).silence(), ms(40));
+        assert_eq!(sample(3, 0, 40).silence(), ms(40));
+        // Nothing in flight, nothing to send: an idle stream is not silent.
+        assert_eq!(open(0, 0, 5000).silence(), Duration::ZERO);
+        // The window open and data the link did not take (carrier lost): silent.
+        let stuck = TcpSample {
+            unsent: 4096,
+            ..open(0, 0, 90)
+        };
+        assert_eq!(stuck.silence(), ms(90));
+        assert_eq!(open(0, 2, 90).silence(), ms(90));
+        // The window closed (a peer that does not read): its choice, not silence.
+        let closed = TcpSample {
+            unsent: 4096,
+            ..sample(0, 2, 900)
+        };
+        assert_eq!(closed.silence(), Duration::ZERO);
     }
 
     #[test]

@@ -59,6 +59,12 @@
 //!   closed or failing (including the kernel's own keep-alive verdict, `ETIMEDOUT`) with WRs
 //!   outstanding; a stream that breaks while idle fails the next posted WR that way.
 //!
+//! Faster than all of these, `QueuePair::link_silence` reports how long the outbound stream's
+//! data has waited for the peer's kernel (`TCP_INFO`, [`net::TcpSample::silence`]); the
+//! transport uses it to move traffic off a dead link in tens of milliseconds once a standby
+//! shows the peer still runs (`transport/link/silence.rs`). The queue pair itself is not
+//! failed on silence: that stays the judge's call, below.
+//!
 //! The judge's last verdict is what `QueuePair::link_alive` reports (alive on any frame from
 //! the peer; otherwise the verdict of the last idle tick): the connection layer waits out a
 //! stall on a link that answers instead of fencing a healthy primary over a stopped peer.

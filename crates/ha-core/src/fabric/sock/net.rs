@@ -125,6 +125,25 @@ pub struct TcpSample {
     /// The peer's receive window is closed (or the kernel does not say): probes are window
     /// probes, not keep-alive ones.
     pub zero_window: bool,
+    /// Bytes written to the stream and not sent yet.
+    pub unsent: u32,
+}
+
+impl TcpSample {
+    /// How long the link has left this stream's data unanswered: the time since the last
+    /// acknowledgement while TCP waits for one — segments in flight, or, the peer's window
+    /// open, data TCP could send and did not (a device without carrier drops what TCP hands
+    /// it: nothing counts as in flight, TCP probes, the bytes stay unsent). Zero when nothing
+    /// waits (a closed window is the peer's choice, not silence).
+    pub fn silence(&self) -> Duration {
+        let waiting =
+            self.unacked > 0 || (!self.zero_window && (self.probes > 0 || self.unsent > 0));
+        if waiting {
+            self.since_ack
+        } else {
+            Duration::ZERO
+        }
+    }
 }
 
 /// `TCP_ESTABLISHED` of the kernel's `tcp_states.h` (libc does not export it).
@@ -155,6 +174,7 @@ pub fn tcp_sample(fd: RawFd) -> io::Result<TcpSample> {
         probes: info.tcpi_probes,
         since_ack: Duration::from_millis(u64::from(info.tcpi_last_ack_recv)),
         zero_window: !full || info.tcpi_snd_wnd == 0,
+        unsent: info.tcpi_notsent_bytes,
     })
 }
 

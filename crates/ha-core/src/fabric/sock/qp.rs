@@ -362,6 +362,14 @@ impl QueuePair for SockQp {
         }
     }
 
+    fn link_silence(&self) -> Option<std::time::Duration> {
+        // Under `ctl`, so the stream cannot be closed (and its descriptor reused) meanwhile.
+        let ctl = self.shared.ctl.lock();
+        net::tcp_sample(ctl.out_sock.as_ref()?.as_raw_fd())
+            .ok()
+            .map(|s| s.silence())
+    }
+
     fn post_recv(&self, wr_id: u64) -> Result<()> {
         let s = &self.shared;
         if s.state() == QpState::Reset {

@@ -35,6 +35,7 @@ mod failure;
 mod placement;
 mod planned;
 mod rearm;
+mod silence;
 mod timers;
 
 pub use planned::{PlanWhy, Planned};
@@ -133,6 +134,8 @@ pub struct Link {
     /// The path traffic last left on a soft timeout, until it is re-armed (or lost for good):
     /// if it re-arms at the first attempt, that failover was a false alarm.
     soft_lost: Option<usize>,
+    /// The fast check of the active link (`HA_NCCL_SILENCE_MS`).
+    pub silence: silence::SilenceWatch,
     /// What the drain lists say of this connection's paths.
     drain: placement::DrainView,
     /// Sender: the failed path's port was seen down (its coming back restarts the backoff).
@@ -236,6 +239,7 @@ impl Link {
             backoff,
             rto,
             soft_lost: None,
+            silence: Default::default(),
             drain: placement::DrainView::default(),
             rearm_port_down: false,
             plan_retry_at: None,

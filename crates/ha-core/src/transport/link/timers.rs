@@ -124,6 +124,10 @@ impl Link {
             );
             return self.soft_failover(a, cause, false);
         }
+        let ev = self.check_silence(a, now);
+        if !matches!(ev, Event::Nothing) {
+            return ev;
+        }
         if !self.backlog && self.stalled(a, now) {
             let rto = self.rto.current();
             let cause = if self.rto.adapted() {
@@ -161,7 +165,7 @@ impl Link {
 
     /// The path traffic could move to from `from`: usable, port up, and (for a soft timeout,
     /// `verified`) proven by a completion since it was (re)connected.
-    fn move_target(&self, from: usize, verified: bool) -> Option<usize> {
+    pub(super) fn move_target(&self, from: usize, verified: bool) -> Option<usize> {
         (0..self.paths.len()).find(|&i| {
             i != from
                 && self.usable(i)
@@ -172,7 +176,7 @@ impl Link {
 
     /// A soft signal on the active path `i`: fail over when there is a standby to move to,
     /// else keep waiting (said once per episode).
-    fn soft_failover(&mut self, i: usize, cause: String, verified: bool) -> Event {
+    pub(super) fn soft_failover(&mut self, i: usize, cause: String, verified: bool) -> Event {
         if self.move_target(i, verified).is_some() {
             return self.path_error(i, WcStatus::RetryExcErr, cause);
         }

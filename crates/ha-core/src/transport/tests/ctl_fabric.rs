@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 /// What one wrapped queue pair is.
 #[derive(Clone, Debug, Default)]
@@ -66,6 +67,9 @@ pub struct Ctl {
     far: Mutex<Option<Weak<Ctl>>>,
     /// Queue pairs that saw their dead link (every later post fails too, until fenced).
     broken: Mutex<HashSet<u32>>,
+    /// Devices whose link acknowledges nothing since then (`link_silence`), as seen from
+    /// this end; the queue pairs still carry what they are given.
+    silent: Mutex<HashMap<usize, Instant>>,
 }
 
 impl Ctl {
@@ -73,6 +77,16 @@ impl Ctl {
     /// stall is judged by the soft timeout alone.
     pub fn hide_link_state(&self) {
         self.hide_link.store(true, Ordering::Relaxed);
+    }
+
+    /// From now on (`true`) device `dev`'s queue pairs report a link that acknowledges nothing
+    /// (`link_silence` growing from now), or (`false`) one that answers again.
+    pub fn silence(&self, dev: usize, on: bool) {
+        if on {
+            self.silent.lock().insert(dev, Instant::now());
+        } else {
+            self.silent.lock().remove(&dev);
+        }
     }
 
     /// Device `dev`'s port goes down (or up again).
@@ -505,5 +519,14 @@ impl QueuePair for CtlQp {
             return None;
         }
         self.inner.link_alive()
+    }
+    fn link_silence(&self) -> Option<std::time::Duration> {
+        if self.ctl.hide_link.load(Ordering::Relaxed) {
+            return None;
+        }
+        if let Some(t) = self.ctl.silent.lock().get(&self.dev) {
+            return Some(t.elapsed());
+        }
+        self.inner.link_silence()
     }
 }

@@ -15,6 +15,7 @@ mod outage;
 mod pair;
 mod planned;
 mod rearm;
+mod silence;
 mod status;
 mod tick;
 

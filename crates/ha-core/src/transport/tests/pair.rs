@@ -28,6 +28,7 @@ pub fn cfg() -> HaCfg {
         enable_backup: true,
         standby_map: String::new(),
         rto: Duration::from_millis(300),
+        silence: Duration::from_millis(25),
         heartbeat: Duration::from_millis(100),
         failback: true,
         rearm_hold: Duration::from_millis(200),

@@ -1,0 +1,161 @@
+//! Fast detection of a dead active link (`HA_NCCL_SILENCE_MS`), checked at every tick.
+//!
+//! The soft timeout waits for a work request's completion, which a large write on a busy link
+//! legitimately delays, so it must be long (a second). The fabric can say more: how long the
+//! link under a queue pair has left data unanswered *below the peer's threads*
+//! (`QueuePair::link_silence`; `sock`: the peer's kernel acknowledges every segment, whatever
+//! the size of the write it belongs to). Silence alone is not proof: a peer process that is
+//! stopped or descheduled leaves small segments unacknowledged for up to the kernel's delayed-ACK
+//! time (40–200 ms). So silence only raises a suspicion, and the standby decides:
+//!
+//! 1. the active path's link has been silent for the window (work out on it all that time,
+//!    an unsignaled clear-to-send included: a receiver waiting for data has nothing else);
+//! 2. the standby — verified, port up — is asked with a probe whether the peer answers there;
+//! 3. once it has answered (after the suspicion began) and the active link then stayed silent
+//!    for [`margin`] more, with no acknowledgement at all since the suspicion began, traffic
+//!    moves: the ordinary fenced failover (nothing lost, nothing doubled).
+//!
+//! A stopped peer answers on neither path: nothing moves, and when it runs again both paths
+//! answer together (the active link's acknowledgement ends the suspicion within the margin).
+//! A failover that proves false (the old path re-arms at once) widens the window with the
+//! adaptive soft timeout (`HA_NCCL_RTO_ADAPTIVE`). Sampling the fabric costs a system call on
+//! `sock`, so it is done only once the oldest work request (signaled or not) has been out for
+//! the window, and then at most every eighth of it.
+
+use super::{Event, Link};
+use std::time::{Duration, Instant};
+
+/// A suspicion on the active path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Suspect {
+    /// The silent active path.
+    path: usize,
+    /// The standby asked.
+    to: usize,
+    /// When the suspicion began (the standby's answer must come after it).
+    since: Instant,
+}
+
+/// The state of the silence check of one connection.
+#[derive(Clone, Debug, Default)]
+pub struct SilenceWatch {
+    /// No fabric sample before this.
+    next_sample: Option<Instant>,
+    suspect: Option<Suspect>,
+    /// Suspicions raised and cleared without a move (the link answered again, or the standby
+    /// did not): counted for tests and logs.
+    pub cleared: u64,
+}
+
+impl SilenceWatch {
+    fn clear(&mut self) {
+        if self.suspect.take().is_some() {
+            self.cleared += 1;
+        }
+    }
+
+    /// Whether a suspicion is open.
+    pub fn suspected(&self) -> bool {
+        self.suspect.is_some()
+    }
+}
+
+/// How long the active link must stay silent after the standby answered: a peer that was only
+/// stopped answers on its active link about when it answers on the standby.
+pub fn margin(window: Duration) -> Duration {
+    (window / 4).max(Duration::from_millis(5))
+}
+
+impl Link {
+    /// The silence window in force: `HA_NCCL_SILENCE_MS`, widened as the soft timeout is.
+    pub(crate) fn silence_window(&self) -> Duration {
+        let base = self.cfg.rto.as_millis().max(1);
+        let factor = (self.rto.current().as_millis() / base).max(1);
+        self.cfg.silence * u32::try_from(factor).unwrap_or(u32::MAX)
+    }
+
+    /// The silence check of the active path `a` (see the module doc).
+    pub(super) fn check_silence(&mut self, a: usize, now: Instant) -> Event {
+        let window = self.silence_window();
+        if window.is_zero() || self.paths.len() < 2 {
+            return Event::Nothing;
+        }
+        let out_for = match self.path(a).oldest_posted() {
+            Some(t) => self.clock.elapsed(t, now),
+            None => Duration::ZERO,
+        };
+        if out_for < window {
+            self.silence.clear();
+            return Event::Nothing;
+        }
+        if self.silence.next_sample.is_some_and(|t| now < t) {
+            return Event::Nothing;
+        }
+        self.silence.next_sample = Some(now + (window / 8).max(Duration::from_millis(1)));
+        let Some(quiet) = self.path(a).qp.link_silence() else {
+            self.silence.clear();
+            return Event::Nothing;
+        };
+        let silent = quiet.min(out_for);
+        let Some(to) = self.move_target(a, true).filter(|_| silent >= window) else {
+            // The link answers, or there is nothing verified to move to (the soft timeout and
+            // the fabric's retry window decide then).
+            self.silence.clear();
+            return Event::Nothing;
+        };
+        let s = match self.silence.suspect {
+            Some(s) if s.path == a && s.to == to && quiet >= now.duration_since(s.since) => s,
+            _ => {
+                // A new suspicion (or the link answered since the last one): ask the standby.
+                self.silence.clear();
+                self.silence.suspect = Some(Suspect {
+                    path: a,
+                    to,
+                    since: now,
+                });
+                tracing::debug!(
+                    "NET/HA : {}: path {a}: link silent for {silent:?}: asking path {to}",
+                    self.name
+                );
+                return self.ask(to);
+            }
+        };
+        match self.path(to).last_answer().filter(|&r| r >= s.since) {
+            Some(r) if now.duration_since(r) >= margin(window) => {
+                self.silence.suspect = None;
+                // If the path re-arms at the first attempt, this was a false alarm.
+                self.soft_lost = Some(a);
+                let cause = format!(
+                    "link silent for {} ms (nothing acknowledged below the peer's threads, HA_NCCL_SILENCE_MS {} ms) while path {to} answers",
+                    silent.as_millis(),
+                    window.as_millis()
+                );
+                self.soft_failover(a, cause, true)
+            }
+            Some(_) => Event::Nothing,
+            None if self.path(to).probe_in_flight() => Event::Nothing,
+            // The probe completed before the suspicion (or not at all): ask again.
+            None => self.ask(to),
+        }
+    }
+
+    /// Probe the standby `to` now (unless a probe is already on its way there).
+    fn ask(&mut self, to: usize) -> Event {
+        let addr = self.peer_addr;
+        let p = self.path_mut(to);
+        if p.probe_in_flight() {
+            return Event::Nothing;
+        }
+        match p.probe(addr) {
+            Ok(()) => Event::Nothing,
+            Err(e) => {
+                self.silence.clear();
+                self.path_error(
+                    to,
+                    crate::fabric::WcStatus::LocQpOpErr,
+                    format!("probe: {e}"),
+                )
+            }
+        }
+    }
+}
