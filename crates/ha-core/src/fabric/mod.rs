@@ -277,6 +277,11 @@ pub trait QueuePair: Send + Sync {
     fn link_silence(&self) -> Option<std::time::Duration> {
         None
     }
+    /// Whether [`QueuePair::link_silence`] says anything here (without asking it, which may
+    /// cost a system call). Where it does not, the transport sends beats of its own.
+    fn reports_link_silence(&self) -> bool {
+        false
+    }
 }
 
 /// A fabric: a set of devices and the way to open them.

@@ -57,6 +57,8 @@ struct Pending {
     wr_id: u64,
     at: Instant,
     signaled: bool,
+    /// Payload bytes of this work request and the unsignaled ones posted just before it.
+    bytes: u64,
 }
 
 pub struct Path {
@@ -139,16 +141,18 @@ impl Path {
             .is_some_and(|w| w.signaled || decode_wr_id(w.wr_id).0 == Some(WrKind::Cts)));
         self.qp.post_send(wrs)?;
         let now = Instant::now();
-        let mut bytes = 0;
+        let (mut bytes, mut ahead) = (0, 0);
         for (k, w) in wrs.iter().enumerate() {
             if is_data(w.wr_id) {
                 bytes += w.local.len as u64;
+                ahead += w.local.len as u64;
             }
             if w.signaled || k + 1 == wrs.len() {
                 self.outstanding.push_back(Pending {
                     wr_id: w.wr_id,
                     at: now,
                     signaled: w.signaled,
+                    bytes: std::mem::take(&mut ahead),
                 });
             }
         }
@@ -249,6 +253,21 @@ impl Path {
     /// unsignaled clear-to-send counts: its bytes are on the link too).
     pub fn oldest_posted(&self) -> Option<Instant> {
         self.outstanding.front().map(|p| p.at)
+    }
+
+    /// How long this path has had work out with no answer over its link: the time since the
+    /// later of its last successful completion and its oldest outstanding post (zero with
+    /// nothing out). `None` while more than `max_ahead` payload bytes are out: a large write
+    /// legitimately takes long, and what is posted after it completes after it.
+    pub fn unanswered(&self, now: Instant, max_ahead: u64) -> Option<Duration> {
+        let Some(oldest) = self.oldest_posted() else {
+            return Some(Duration::ZERO);
+        };
+        if self.outstanding.iter().map(|p| p.bytes).sum::<u64>() > max_ahead {
+            return None;
+        }
+        let from = self.last_answer.map_or(oldest, |t| t.max(oldest));
+        Some(now.saturating_duration_since(from))
     }
 
     /// Fence: ERR, so nothing more is placed through this queue pair; everything posted

@@ -114,6 +114,8 @@ mod tests {
             since_ack: Duration::from_millis(since_ack_ms),
             zero_window: true,
             unsent: 0,
+            rtt: Duration::from_micros(50),
+            rttvar: Duration::from_micros(10),
         }
     }
 
@@ -260,9 +262,20 @@ mod tests {
     #[test]
     fn silence_counts_only_while_tcp_waits_for_the_link() {
         let ms = Duration::from_millis;
-        // Segments in flight: the time since the last acknowledgement.
-        assert_eq!(open(3, 0, 40).silence(), ms(40));
-        assert_eq!(sample(3, 0, 40).silence(), ms(40));
+        // Segments in flight: the time since the last acknowledgement, less the round trip
+        // (50 us + 4 x 10 us here).
+        let us = Duration::from_micros;
+        assert_eq!(open(3, 0, 40).silence(), ms(40) - us(90));
+        assert_eq!(sample(3, 0, 40).silence(), ms(40) - us(90));
+        // A long, jittery link (40 ms +- 10 ms): an acknowledgement 60 ms late is no silence
+        // yet; 200 ms is 80 ms of it.
+        let far = |since| TcpSample {
+            rtt: ms(40),
+            rttvar: ms(20),
+            ..open(3, 0, since)
+        };
+        assert_eq!(far(60).silence(), Duration::ZERO);
+        assert_eq!(far(200).silence(), ms(80));
         // Nothing in flight, nothing to send: an idle stream is not silent.
         assert_eq!(open(0, 0, 5000).silence(), Duration::ZERO);
         // The window open and data the link did not take (carrier lost): silent.
@@ -270,8 +283,8 @@ mod tests {
             unsent: 4096,
             ..open(0, 0, 90)
         };
-        assert_eq!(stuck.silence(), ms(90));
-        assert_eq!(open(0, 2, 90).silence(), ms(90));
+        assert_eq!(stuck.silence(), ms(90) - us(90));
+        assert_eq!(open(0, 2, 90).silence(), ms(90) - us(90));
         // The window closed (a peer that does not read): its choice, not silence.
         let closed = TcpSample {
             unsent: 4096,

@@ -127,19 +127,24 @@ pub struct TcpSample {
     pub zero_window: bool,
     /// Bytes written to the stream and not sent yet.
     pub unsent: u32,
+    /// The kernel's smoothed round-trip time and its variation.
+    pub rtt: Duration,
+    pub rttvar: Duration,
 }
 
 impl TcpSample {
     /// How long the link has left this stream's data unanswered: the time since the last
     /// acknowledgement while TCP waits for one — segments in flight, or, the peer's window
     /// open, data TCP could send and did not (a device without carrier drops what TCP hands
-    /// it: nothing counts as in flight, TCP probes, the bytes stay unsent). Zero when nothing
-    /// waits (a closed window is the peer's choice, not silence).
+    /// it: nothing counts as in flight, TCP probes, the bytes stay unsent) — less what the
+    /// link's own round trip explains (smoothed RTT + 4 × its variation, as TCP's own retransmit
+    /// timer allows): on a long or jittery link an acknowledgement is simply later. Zero when
+    /// nothing waits (a closed window is the peer's choice, not silence).
     pub fn silence(&self) -> Duration {
         let waiting =
             self.unacked > 0 || (!self.zero_window && (self.probes > 0 || self.unsent > 0));
         if waiting {
-            self.since_ack
+            self.since_ack.saturating_sub(self.rtt + self.rttvar * 4)
         } else {
             Duration::ZERO
         }
@@ -175,6 +180,8 @@ pub fn tcp_sample(fd: RawFd) -> io::Result<TcpSample> {
         since_ack: Duration::from_millis(u64::from(info.tcpi_last_ack_recv)),
         zero_window: !full || info.tcpi_snd_wnd == 0,
         unsent: info.tcpi_notsent_bytes,
+        rtt: Duration::from_micros(u64::from(info.tcpi_rtt)),
+        rttvar: Duration::from_micros(u64::from(info.tcpi_rttvar)),
     })
 }
 

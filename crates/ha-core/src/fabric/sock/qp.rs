@@ -362,6 +362,10 @@ impl QueuePair for SockQp {
         }
     }
 
+    fn reports_link_silence(&self) -> bool {
+        true
+    }
+
     fn link_silence(&self) -> Option<std::time::Duration> {
         // Under `ctl`, so the stream cannot be closed (and its descriptor reused) meanwhile.
         let ctl = self.shared.ctl.lock();

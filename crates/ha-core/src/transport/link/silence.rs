@@ -1,12 +1,20 @@
 //! Fast detection of a dead active link (`HA_NCCL_SILENCE_MS`), checked at every tick.
 //!
 //! The soft timeout waits for a work request's completion, which a large write on a busy link
-//! legitimately delays, so it must be long (a second). The fabric can say more: how long the
-//! link under a queue pair has left data unanswered *below the peer's threads*
-//! (`QueuePair::link_silence`; `sock`: the peer's kernel acknowledges every segment, whatever
-//! the size of the write it belongs to). Silence alone is not proof: a peer process that is
-//! stopped or descheduled leaves small segments unacknowledged for up to the kernel's delayed-ACK
-//! time (40–200 ms). So silence only raises a suspicion, and the standby decides:
+//! legitimately delays, so it must be long (a second). The link can say more, below the
+//! payload and below the peer's threads:
+//! - `sock` (`QueuePair::link_silence`): how long the peer's kernel has left segments
+//!   unacknowledged, whatever the size of the write they belong to;
+//! - elsewhere (`verbs`): beats — zero-length writes on the active path every quarter window
+//!   while the connection waits or has work out, which the peer's NIC acknowledges even when
+//!   its process is stopped — and how long the path then went without any completion, judged
+//!   only while at most [`MAX_AHEAD`] payload bytes are out on it (a receiver's clear-to-sends
+//!   and beats; a sender's large write is the receiver's to judge, whose beats it does not
+//!   delay: a queue pair's two directions queue apart).
+//!
+//! Silence alone is not proof: a `sock` peer process that is stopped or descheduled leaves small
+//! segments unacknowledged for up to the kernel's delayed-ACK time (40–200 ms). So silence only
+//! raises a suspicion, and the standby decides:
 //!
 //! 1. the active path's link has been silent for the window (work out on it all that time,
 //!    an unsignaled clear-to-send included: a receiver waiting for data has nothing else);
@@ -45,6 +53,8 @@ pub struct SilenceWatch {
     /// Suspicions raised and cleared without a move (the link answered again, or the standby
     /// did not): counted for tests and logs.
     pub cleared: u64,
+    /// Beats sent (fabrics without a link signal of their own).
+    pub beats: u64,
 }
 
 impl SilenceWatch {
@@ -59,6 +69,11 @@ impl SilenceWatch {
         self.suspect.is_some()
     }
 }
+
+/// Most payload bytes out on a path for its answers to count as the link's (a beat behind more
+/// would measure the payload): 64 KiB is 5 µs at 100 Gb/s and, on the slowest rail here
+/// (Soft-RoCE under emulation, ~10 MB/s), 6.5 ms — a quarter of the default window.
+pub const MAX_AHEAD: u64 = 64 << 10;
 
 /// How long the active link must stay silent after the standby answered: a peer that was only
 /// stopped answers on its active link about when it answers on the standby.
@@ -80,6 +95,12 @@ impl Link {
         if window.is_zero() || self.paths.len() < 2 {
             return Event::Nothing;
         }
+        let beats = !self.path(a).qp.reports_link_silence();
+        if beats {
+            if let Err(ev) = self.beat(a, now, window) {
+                return ev;
+            }
+        }
         let out_for = match self.path(a).oldest_posted() {
             Some(t) => self.clock.elapsed(t, now),
             None => Duration::ZERO,
@@ -92,7 +113,12 @@ impl Link {
             return Event::Nothing;
         }
         self.silence.next_sample = Some(now + (window / 8).max(Duration::from_millis(1)));
-        let Some(quiet) = self.path(a).qp.link_silence() else {
+        let quiet = if beats {
+            self.path(a).unanswered(now, MAX_AHEAD)
+        } else {
+            self.path(a).qp.link_silence()
+        };
+        let Some(quiet) = quiet else {
             self.silence.clear();
             return Event::Nothing;
         };
@@ -137,6 +163,30 @@ impl Link {
             // The probe completed before the suspicion (or not at all): ask again.
             None => self.ask(to),
         }
+    }
+
+    /// Where the fabric says nothing of its link (`verbs`): a beat — a zero-length write, which
+    /// the peer's NIC acknowledges whether or not the peer's process runs — on the active path
+    /// every quarter window while the connection waits or has work out there, unless a probe is
+    /// on its way or more than [`MAX_AHEAD`] payload bytes are ahead of it (a beat behind a large
+    /// write would only measure the write).
+    fn beat(&mut self, a: usize, now: Instant, window: Duration) -> Result<(), Event> {
+        let busy = self.waiting_since.is_some() || self.path(a).oldest_posted().is_some();
+        let addr = self.peer_addr;
+        let p = self.path_mut(a);
+        if !busy || !p.probe_due(now, window / 4) || p.unanswered(now, MAX_AHEAD).is_none() {
+            return Ok(());
+        }
+        if let Err(e) = p.probe(addr) {
+            self.silence.clear();
+            return Err(self.path_error(
+                a,
+                crate::fabric::WcStatus::LocQpOpErr,
+                format!("beat: {e}"),
+            ));
+        }
+        self.silence.beats += 1;
+        Ok(())
     }
 
     /// Probe the standby `to` now (unless a probe is already on its way there).

@@ -520,6 +520,9 @@ impl QueuePair for CtlQp {
         }
         self.inner.link_alive()
     }
+    fn reports_link_silence(&self) -> bool {
+        !self.ctl.hide_link.load(Ordering::Relaxed)
+    }
     fn link_silence(&self) -> Option<std::time::Duration> {
         if self.ctl.hide_link.load(Ordering::Relaxed) {
             return None;

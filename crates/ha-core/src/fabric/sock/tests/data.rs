@@ -348,7 +348,8 @@ fn an_inline_write_the_socket_cannot_take_is_finished_by_the_sender_thread() {
 /// machine, bench/results/2026-11-26-sock-fast-path.md).
 #[test]
 fn plain_writes_are_left_to_the_sender_thread() {
-    let _l = TEST_LOCK.read();
+    // Alone: the inline counter is process-wide, and any other test's message ends count.
+    let _l = TEST_LOCK.write();
     let (_f, a, b) = pair(LONG, 1 << 20);
     let src = Buf::new(4096, 3);
     let dst = Buf::new(4096, 0);
