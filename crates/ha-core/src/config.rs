@@ -197,7 +197,7 @@ pub const SILENCE_MS: Param = Param {
     name: "HA_NCCL_SILENCE_MS",
     kind: Kind::Millis,
     default: "25",
-    doc: "Fast detection (`sock`): when the active path's link leaves data unacknowledged for this long (TCP acknowledgements from the peer's kernel, below payload: a 64 MiB write does not delay them) and the standby then answers a probe while the active link stays silent, traffic moves to the standby (fenced failover, nothing lost). A stopped or descheduled peer answers on neither path, so it is waited for. Widens with the adaptive soft timeout after false alarms. 0 = off (detection by `HA_NCCL_SOCK_RETRY_MS` and `HA_NCCL_RTO_MS` alone). `verbs` has no such signal yet: ignored there.",
+    doc: "Fast detection of a dead active link: when it answers nothing for this long, the standby is probed, and once the standby answered while the active link stayed silent, traffic moves to it (fenced failover, nothing lost). The signal lies below payload and below the peer's threads: on `sock` the peer's kernel's TCP acknowledgements (a 64 MiB write does not delay them; the link's own round trip is allowed for), on `verbs` beats, zero-length writes on the active path every quarter of this window that the peer's NIC acknowledges (judged while at most 64 KiB of payload is ahead of them). A stopped or descheduled peer answers on neither path: it is waited for. Widens with the adaptive soft timeout after false alarms. 0 = off (detection by the fabric's retry window and `HA_NCCL_RTO_MS` alone).",
     range: None,
 };
 

@@ -116,9 +116,11 @@ impl Link {
         );
         if self.soft_lost == Some(i) {
             self.soft_lost = None;
-            // Left on a soft timeout and healthy again at the first attempt: the path was only
-            // slow, the timeout too short for it.
-            if attempts <= 1 {
+            // Left on a soft signal and healthy again at the first attempt: the path was only
+            // slow, the timeout too short for it. The receiver makes no attempts of its own
+            // (the sender re-arms): for it, back before a second attempt could have been made
+            // (the first comes a hold after the loss, the second two holds after that).
+            if attempts <= 1 && down < self.cfg.rearm_hold * 3 {
                 if let Some(c) = self.rto.false_alarm(Instant::now()) {
                     tracing::info!(
                         "NET/HA : {}: soft timeout raised to {:?} from {:?}: path {i}, left on a soft timeout, re-armed at the first attempt (a false alarm; HA_NCCL_RTO_ADAPTIVE)",
