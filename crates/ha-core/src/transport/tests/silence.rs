@@ -33,7 +33,8 @@ fn stays_normal(p: &mut Pair, flow: &mut Flow, d: Duration) {
 #[test]
 fn a_silent_link_moves_to_the_answering_standby_long_before_the_soft_timeout() {
     let _l = TEST_LOCK.read();
-    let mut p = Pair::new(slow_rto());
+    // Seen from the sender only (its own control), so the sender is the one that notices.
+    let mut p = Pair::split(slow_rto(), "");
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
     assert_eq!(p.send.link.silence_window(), Duration::from_millis(25));
