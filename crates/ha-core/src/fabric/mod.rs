@@ -282,6 +282,13 @@ pub trait QueuePair: Send + Sync {
     fn reports_link_silence(&self) -> bool {
         false
     }
+    /// How long the fabric waits before it resends a packet the peer did not acknowledge
+    /// (`verbs`: the queue pair's local ACK timeout, 4.096 µs × 2^`HA_NCCL_QP_TIMEOUT`), if
+    /// it is known: a single lost packet leaves everything behind it unanswered that long, so
+    /// a silence shorter than that (twice, for margin) is no sign of a dead link.
+    fn retransmit_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A fabric: a set of devices and the way to open them.

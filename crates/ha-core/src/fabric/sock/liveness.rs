@@ -116,6 +116,7 @@ mod tests {
             unsent: 0,
             rtt: Duration::from_micros(50),
             rttvar: Duration::from_micros(10),
+            rto: Duration::from_millis(200),
         }
     }
 
@@ -267,6 +268,10 @@ mod tests {
         let us = Duration::from_micros;
         assert_eq!(open(3, 0, 40).silence(), ms(40) - us(90));
         assert_eq!(sample(3, 0, 40).silence(), ms(40) - us(90));
+        // One segment in flight: if it was lost, TCP resends it only after its retransmission
+        // timeout (200 ms here): until then a lossy link is silent, not dead.
+        assert_eq!(open(1, 0, 150).silence(), Duration::ZERO);
+        assert_eq!(open(1, 0, 240).silence(), ms(40));
         // A long, jittery link (40 ms +- 10 ms): an acknowledgement 60 ms late is no silence
         // yet; 200 ms is 80 ms of it.
         let far = |since| TcpSample {

@@ -130,6 +130,8 @@ pub struct TcpSample {
     /// The kernel's smoothed round-trip time and its variation.
     pub rtt: Duration,
     pub rttvar: Duration,
+    /// The kernel's retransmission timeout (at least 200 ms on Linux).
+    pub rto: Duration,
 }
 
 impl TcpSample {
@@ -137,14 +139,23 @@ impl TcpSample {
     /// acknowledgement while TCP waits for one — segments in flight, or, the peer's window
     /// open, data TCP could send and did not (a device without carrier drops what TCP hands
     /// it: nothing counts as in flight, TCP probes, the bytes stay unsent) — less what the
-    /// link's own round trip explains (smoothed RTT + 4 × its variation, as TCP's own retransmit
-    /// timer allows): on a long or jittery link an acknowledgement is simply later. Zero when
-    /// nothing waits (a closed window is the peer's choice, not silence).
+    /// link's own round trip explains (smoothed RTT + 4 × its variation): on a long or jittery
+    /// link an acknowledgement is simply later. With a single segment in flight, less TCP's
+    /// retransmission timeout instead: if that one segment is lost, nothing after it can be
+    /// acknowledged before TCP resends it (no duplicate ACKs; the tail-loss probe waits about
+    /// as long), so a live but lossy link is silent that long. Zero when nothing waits (a closed
+    /// window is the peer's choice, not silence).
     pub fn silence(&self) -> Duration {
         let waiting =
             self.unacked > 0 || (!self.zero_window && (self.probes > 0 || self.unsent > 0));
+        let round_trip = self.rtt + self.rttvar * 4;
+        let allowed = if self.unacked == 1 {
+            round_trip.max(self.rto)
+        } else {
+            round_trip
+        };
         if waiting {
-            self.since_ack.saturating_sub(self.rtt + self.rttvar * 4)
+            self.since_ack.saturating_sub(allowed)
         } else {
             Duration::ZERO
         }
@@ -182,6 +193,7 @@ pub fn tcp_sample(fd: RawFd) -> io::Result<TcpSample> {
         unsent: info.tcpi_notsent_bytes,
         rtt: Duration::from_micros(u64::from(info.tcpi_rtt)),
         rttvar: Duration::from_micros(u64::from(info.tcpi_rttvar)),
+        rto: Duration::from_micros(u64::from(info.tcpi_rto)),
     })
 }
 

@@ -247,6 +247,12 @@ impl QueuePair for VerbsQp {
         self.qpn
     }
 
+    fn retransmit_timeout(&self) -> Option<std::time::Duration> {
+        // 0 means "wait forever" in the verbs spec.
+        let t = u32::from(self.pd.cfg.qp_timeout);
+        (t > 0).then(|| std::time::Duration::from_nanos(4096u64 << t.min(31)))
+    }
+
     /// The tracked state; once connected, also asks the device, so a QP that an error
     /// completion moved to ERR reports `Err`.
     fn state(&self) -> QpState {

@@ -116,11 +116,7 @@ impl Link {
         );
         if self.soft_lost == Some(i) {
             self.soft_lost = None;
-            // Left on a soft signal and healthy again at the first attempt: the path was only
-            // slow, the timeout too short for it. The receiver makes no attempts of its own
-            // (the sender re-arms): for it, back before a second attempt could have been made
-            // (the first comes a hold after the loss, the second two holds after that).
-            if attempts <= 1 && down < self.cfg.rearm_hold * 3 {
+            if was_false_alarm(attempts, down, self.cfg.rearm_hold) {
                 if let Some(c) = self.rto.false_alarm(Instant::now()) {
                     tracing::info!(
                         "NET/HA : {}: soft timeout raised to {:?} from {:?}: path {i}, left on a soft timeout, re-armed at the first attempt (a false alarm; HA_NCCL_RTO_ADAPTIVE)",
@@ -343,5 +339,36 @@ impl Link {
     fn install(&mut self, i: usize, mut p: Path) {
         p.meter = self.stats.meter(i);
         self.paths[i] = Some(p);
+    }
+}
+
+/// Whether a path left on a soft signal and re-armed after `attempts` attempts (this side's),
+/// `down` after it was lost, was a false alarm: healthy again at the first attempt, the path was
+/// only slow and the timeout too short for it. The receiver makes no attempts of its own (the
+/// sender re-arms), so for both sides it must also be back before a second attempt could have
+/// been made: the first comes one hold (`HA_NCCL_REARM_HOLD_MS`) after the loss, the second two
+/// holds after that.
+fn was_false_alarm(attempts: u64, down: std::time::Duration, hold: std::time::Duration) -> bool {
+    attempts <= 1 && down < hold * 3
+}
+
+#[cfg(test)]
+mod false_alarm_tests {
+    use super::was_false_alarm;
+    use std::time::Duration;
+
+    #[test]
+    fn only_a_path_back_at_the_first_attempt_was_a_false_alarm() {
+        let hold = Duration::from_secs(2);
+        let s = Duration::from_secs_f64;
+        // The sender: its first attempt, 2 s after the loss.
+        assert!(was_false_alarm(1, s(2.1), hold));
+        // The sender needed more attempts: a real outage.
+        assert!(!was_false_alarm(2, s(6.2), hold));
+        // The receiver counts no attempts: it judges by the time (seen in the Soft-RoCE
+        // blackhole drill: back 18 s after the loss, after the sender's fifth attempt).
+        assert!(was_false_alarm(0, s(2.3), hold));
+        assert!(!was_false_alarm(0, s(18.0), hold));
+        assert!(!was_false_alarm(0, s(6.0), hold));
     }
 }

@@ -12,6 +12,11 @@
 //!   and beats; a sender's large write is the receiver's to judge, whose beats it does not
 //!   delay: a queue pair's two directions queue apart).
 //!
+//! A fabric's own loss recovery is no silence: a lost packet stalls everything behind it until
+//! it is resent, so on `verbs` the window is at least twice the queue pair's retransmit timeout
+//! (`HA_NCCL_QP_TIMEOUT` 14: 67 ms, a 134 ms window), and `sock` discounts the link's round
+//! trip, or TCP's retransmission timeout while a single segment is out.
+//!
 //! Silence alone is not proof: a `sock` peer process that is stopped or descheduled leaves small
 //! segments unacknowledged for up to the kernel's delayed-ACK time (40–200 ms). So silence only
 //! raises a suspicion, and the standby decides:
@@ -96,6 +101,12 @@ impl Link {
             return Event::Nothing;
         }
         let beats = !self.path(a).qp.reports_link_silence();
+        // A lost packet is resent only after the fabric's retransmit timeout, and everything
+        // behind it waits: twice that is no silence yet.
+        let window = match self.path(a).qp.retransmit_timeout() {
+            Some(rto) if beats => window.max(rto * 2),
+            _ => window,
+        };
         if beats {
             if let Err(ev) = self.beat(a, now, window) {
                 return ev;
