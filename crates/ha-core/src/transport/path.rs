@@ -80,7 +80,7 @@ pub struct Path {
     probes: u64,
     probe_outstanding: bool,
     last_probe: Option<Instant>,
-    /// When something last completed here successfully (the peer's end answered).
+    /// When a work request posted here last completed successfully.
     last_answer: Option<Instant>,
     /// Where bytes and work requests posted on this path are counted (the link's counters of
     /// this path index, read live by the stats writer).
@@ -182,20 +182,21 @@ impl Path {
         if decode_wr_id(c.wr_id).0 == Some(WrKind::Probe) {
             self.probe_outstanding = false;
         }
-        self.answered(c);
-    }
-
-    /// A successful completion: the path is verified, and the peer answered now.
-    fn answered(&mut self, c: &Completion) {
         if c.status.is_ok() {
             self.last_answer = Some(Instant::now());
-            if self.health == Health::Unverified {
-                self.health = Health::Healthy;
-            }
+        }
+        self.verified_by(c);
+    }
+
+    /// A successful completion verifies the path.
+    fn verified_by(&mut self, c: &Completion) {
+        if c.status.is_ok() && self.health == Health::Unverified {
+            self.health = Health::Healthy;
         }
     }
 
-    /// When something last completed here successfully.
+    /// When a work request posted here last completed successfully: the peer's end answered
+    /// over this link (a receive completion proves only the other direction).
     pub fn last_answer(&self) -> Option<Instant> {
         self.last_answer
     }
@@ -208,7 +209,7 @@ impl Path {
     /// Account a receive completion; re-posts while the path is usable.
     pub fn on_recv_completion(&mut self, c: &Completion) -> FabricResult<()> {
         self.recvs = self.recvs.saturating_sub(1);
-        self.answered(c);
+        self.verified_by(c);
         if self.health != Health::Failed {
             self.refill()?;
         }
@@ -256,7 +257,7 @@ impl Path {
     }
 
     /// How long this path has had work out with no answer over its link: the time since the
-    /// later of its last successful completion and its oldest outstanding post (zero with
+    /// later of its last successful send completion and its oldest outstanding post (zero with
     /// nothing out). `None` while more than `max_ahead` payload bytes are out: a large write
     /// legitimately takes long, and what is posted after it completes after it.
     pub fn unanswered(&self, now: Instant, max_ahead: u64) -> Option<Duration> {
