@@ -189,15 +189,15 @@ pub const RTO_ADAPTIVE: Param = Param {
     name: "HA_NCCL_RTO_ADAPTIVE",
     kind: Kind::Bool,
     default: "1",
-    doc: "Adaptive soft timeout: a soft-timeout failover whose old path proves healthy at its first re-arm attempt (a false alarm: the path was only slow) doubles this connection's `HA_NCCL_RTO_MS`, up to 8x; each 120 s without a false alarm halves it again, down to the configured value. One INFO line per change. 0 = always `HA_NCCL_RTO_MS`.",
+    doc: "Adaptive soft timeout: a soft failover (soft timeout or silent link) whose old path proves healthy at its first re-arm attempt (a false alarm: the path was only slow) doubles this connection's `HA_NCCL_RTO_MS` and `HA_NCCL_SILENCE_MS`, up to 8x; each 120 s without a false alarm halves them again, down to the configured values. One INFO line per change. 0 = always the configured values.",
     range: None,
 };
 
 pub const SILENCE_MS: Param = Param {
     name: "HA_NCCL_SILENCE_MS",
     kind: Kind::Millis,
-    default: "25",
-    doc: "Fast detection of a dead active link: when it answers nothing for this long, the standby is probed, and once the standby answered while the active link stayed silent, traffic moves to it (fenced failover, nothing lost). The signal lies below payload and below the peer's threads: on `sock` the peer's kernel's TCP acknowledgements (a 64 MiB write does not delay them; the link's own round trip is allowed for), on `verbs` beats, zero-length writes on the active path every quarter of this window that the peer's NIC acknowledges (judged while at most 64 KiB of payload is ahead of them). A lost packet's recovery is no silence: on `verbs` the window is at least twice the QP's local ACK timeout (`HA_NCCL_QP_TIMEOUT` 14: 134 ms; lower it for faster detection), on `sock` TCP's retransmission timeout is allowed for while a single segment is out. A stopped or descheduled peer answers on neither path: it is waited for. Widens with the adaptive soft timeout after false alarms. 0 = off (detection by the fabric's retry window and `HA_NCCL_RTO_MS` alone).",
+    default: "50",
+    doc: "Fast detection of a dead active link: when it answers nothing for this long, the standby is probed, and once the standby answered while the active link stayed silent, traffic moves to it (fenced failover, nothing lost). The signal lies below payload and below the peer's threads: on `sock` the peer's kernel's TCP acknowledgements (a 64 MiB write does not delay them; the link's round trip is allowed for), on `verbs` beats, zero-length writes on the active path every quarter of this window that the peer's NIC acknowledges (judged while at most 64 KiB of payload is ahead of them). What a live link may leave unanswered raises the window: on `sock` the peer kernel's delayed ACK (a 50 ms floor; a 25 ms window failed a saturated healthy rail over once in 10 minutes), on `verbs` twice the QP's local ACK timeout (`HA_NCCL_QP_TIMEOUT` 14: 134 ms; lower the timeout for faster detection on a lossless fabric). A stopped or descheduled peer answers on neither path: it is waited for. Widens with the adaptive soft timeout after false alarms. 0 = off (detection by the fabric's retry window and `HA_NCCL_RTO_MS` alone).",
     range: None,
 };
 

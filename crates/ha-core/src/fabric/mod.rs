@@ -282,12 +282,13 @@ pub trait QueuePair: Send + Sync {
     fn reports_link_silence(&self) -> bool {
         false
     }
-    /// How long the fabric waits before it resends a packet the peer did not acknowledge
-    /// (`verbs`: the queue pair's local ACK timeout, 4.096 µs × 2^`HA_NCCL_QP_TIMEOUT`), if
-    /// it is known: a single lost packet leaves everything behind it unanswered that long, so
-    /// a silence shorter than that (twice, for margin) is no sign of a dead link.
-    fn retransmit_timeout(&self) -> Option<std::time::Duration> {
-        None
+    /// The longest a live link may leave data unanswered without any fault (the floor of the
+    /// transport's silence window, `HA_NCCL_SILENCE_MS`): `verbs`, twice the queue pair's
+    /// local ACK timeout (4.096 µs × 2^`HA_NCCL_QP_TIMEOUT`: a lost packet stalls everything
+    /// behind it until it is resent); `sock`, the peer kernel's delayed acknowledgement (up to
+    /// 40 ms on a LAN while the peer's thread has not read what arrived) with timer slack.
+    fn silence_floor(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
     }
 }
 

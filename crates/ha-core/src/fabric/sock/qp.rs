@@ -366,6 +366,10 @@ impl QueuePair for SockQp {
         true
     }
 
+    fn silence_floor(&self) -> std::time::Duration {
+        super::net::DELAYED_ACK_BOUND
+    }
+
     fn link_silence(&self) -> Option<std::time::Duration> {
         // Under `ctl`, so the stream cannot be closed (and its descriptor reused) meanwhile.
         let ctl = self.shared.ctl.lock();

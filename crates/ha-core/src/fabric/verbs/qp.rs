@@ -247,10 +247,14 @@ impl QueuePair for VerbsQp {
         self.qpn
     }
 
-    fn retransmit_timeout(&self) -> Option<std::time::Duration> {
-        // 0 means "wait forever" in the verbs spec.
+    fn silence_floor(&self) -> std::time::Duration {
+        // Twice the local ACK timeout; 0 means "wait forever" in the verbs spec (no floor can
+        // be derived: the soft timeout alone then).
         let t = u32::from(self.pd.cfg.qp_timeout);
-        (t > 0).then(|| std::time::Duration::from_nanos(4096u64 << t.min(31)))
+        if t == 0 {
+            return std::time::Duration::MAX;
+        }
+        std::time::Duration::from_nanos(4096u64 << t.min(31)) * 2
     }
 
     /// The tracked state; once connected, also asks the device, so a QP that an error

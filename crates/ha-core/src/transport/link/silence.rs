@@ -12,10 +12,12 @@
 //!   and beats; a sender's large write is the receiver's to judge, whose beats it does not
 //!   delay: a queue pair's two directions queue apart).
 //!
-//! A fabric's own loss recovery is no silence: a lost packet stalls everything behind it until
-//! it is resent, so on `verbs` the window is at least twice the queue pair's retransmit timeout
-//! (`HA_NCCL_QP_TIMEOUT` 14: 67 ms, a 134 ms window), and `sock` discounts the link's round
-//! trip, or TCP's retransmission timeout while a single segment is out.
+//! What a live link may legitimately leave unanswered is no silence (`QueuePair::silence_floor`):
+//! on `verbs` a lost packet stalls everything behind it until it is resent, so the window is at
+//! least twice the queue pair's local ACK timeout (`HA_NCCL_QP_TIMEOUT` 14: 67 ms, a 134 ms
+//! window); on `sock` the peer's kernel delays its acknowledgement by up to 40 ms while the
+//! peer's thread has not read (a 50 ms floor), and the fabric discounts the link's round trip,
+//! or TCP's retransmission timeout while a single segment is out.
 //!
 //! Silence alone is not proof: a `sock` peer process that is stopped or descheduled leaves small
 //! segments unacknowledged for up to the kernel's delayed-ACK time (40–200 ms). So silence only
@@ -25,15 +27,16 @@
 //!    an unsignaled clear-to-send included: a receiver waiting for data has nothing else);
 //! 2. the standby — verified, port up — is asked with a probe whether the peer answers there;
 //! 3. once it has answered (after the suspicion began) and the active link then stayed silent
-//!    for [`margin`] more, with no acknowledgement at all since the suspicion began, traffic
-//!    moves: the ordinary fenced failover (nothing lost, nothing doubled).
+//!    for [`margin`] (a fifth of the window, at least 5 ms) more, with no acknowledgement at
+//!    all since the suspicion began, traffic moves: the ordinary fenced failover (nothing
+//!    lost, nothing doubled).
 //!
 //! A stopped peer answers on neither path: nothing moves, and when it runs again both paths
 //! answer together (the active link's acknowledgement ends the suspicion within the margin).
 //! A failover that proves false (the old path re-arms at once) widens the window with the
 //! adaptive soft timeout (`HA_NCCL_RTO_ADAPTIVE`). Sampling the fabric costs a system call on
 //! `sock`, so it is done only once the oldest work request (signaled or not) has been out for
-//! the window, and then at most every eighth of it.
+//! the window, and then at most every sixteenth of it.
 
 use super::{Event, Link};
 use std::time::{Duration, Instant};
@@ -83,7 +86,7 @@ pub const MAX_AHEAD: u64 = 64 << 10;
 /// How long the active link must stay silent after the standby answered: a peer that was only
 /// stopped answers on its active link about when it answers on the standby.
 pub fn margin(window: Duration) -> Duration {
-    (window / 4).max(Duration::from_millis(5))
+    (window / 5).max(Duration::from_millis(5))
 }
 
 impl Link {
@@ -101,12 +104,11 @@ impl Link {
             return Event::Nothing;
         }
         let beats = !self.path(a).qp.reports_link_silence();
-        // A lost packet is resent only after the fabric's retransmit timeout, and everything
-        // behind it waits: twice that is no silence yet.
-        let window = match self.path(a).qp.retransmit_timeout() {
-            Some(rto) if beats => window.max(rto * 2),
-            _ => window,
-        };
+        // What a live link may legitimately leave unanswered is no silence yet.
+        let window = window.max(self.path(a).qp.silence_floor());
+        if window == Duration::MAX {
+            return Event::Nothing;
+        }
         if beats {
             if let Err(ev) = self.beat(a, now, window) {
                 return ev;
@@ -123,7 +125,7 @@ impl Link {
         if self.silence.next_sample.is_some_and(|t| now < t) {
             return Event::Nothing;
         }
-        self.silence.next_sample = Some(now + (window / 8).max(Duration::from_millis(1)));
+        self.silence.next_sample = Some(now + (window / 16).max(Duration::from_millis(1)));
         let quiet = if beats {
             self.path(a).unanswered(now, MAX_AHEAD)
         } else {

@@ -520,6 +520,9 @@ impl QueuePair for CtlQp {
         }
         self.inner.link_alive()
     }
+    fn silence_floor(&self) -> std::time::Duration {
+        self.inner.silence_floor()
+    }
     fn reports_link_silence(&self) -> bool {
         !self.ctl.hide_link.load(Ordering::Relaxed)
     }
