@@ -198,7 +198,7 @@ pub const SILENCE_MS: Param = Param {
     kind: Kind::Millis,
     default: "50",
     doc: "Fast detection of a dead active link: when it answers nothing for this long, the standby is probed, and once the standby answered while the active link stayed silent, traffic moves to it (fenced failover, nothing lost). The signal lies below payload and below the peer's threads: on `sock` the peer's kernel's TCP acknowledgements (a 64 MiB write does not delay them; the link's round trip is allowed for), on `verbs` beats, zero-length writes on the active path every quarter of this window that the peer's NIC acknowledges (judged while at most 64 KiB of payload is ahead of them). What a live link may leave unanswered raises the window: on `sock` the peer kernel's delayed ACK (a 50 ms floor; a 25 ms window failed a saturated healthy rail over once in 10 minutes), on `verbs` twice the QP's local ACK timeout (`HA_NCCL_QP_TIMEOUT` 14: 134 ms; lower the timeout for faster detection on a lossless fabric). A stopped or descheduled peer answers on neither path: it is waited for. Widens with the adaptive soft timeout after false alarms. 0 = off (detection by the fabric's retry window and `HA_NCCL_RTO_MS` alone).",
-    range: None,
+    range: Some((0, 3_600_000)),
 };
 
 pub const HEARTBEAT_MS: Param = Param {
@@ -1040,6 +1040,20 @@ mod tests {
         let e = err_for("HA_NCCL_SOCK_RETRY_MS", "50");
         assert!(e.to_string().contains("delayed ACK"), "{e}");
         assert!(with(&[("HA_NCCL_SOCK_RETRY_MS", "250")]).is_ok());
+    }
+
+    /// A silence window beyond an hour is refused by name (it would only overflow the
+    /// transport's timers); 0 turns the check off.
+    #[test]
+    fn the_silence_window_is_bounded() {
+        let e = err_for("HA_NCCL_SILENCE_MS", "3600001");
+        assert_eq!(e.name(), "HA_NCCL_SILENCE_MS");
+        assert!(e.to_string().contains("HA_NCCL_SILENCE_MS"), "{e}");
+        assert_eq!(
+            with(&[("HA_NCCL_SILENCE_MS", "0")]).unwrap().silence,
+            Duration::ZERO
+        );
+        assert_eq!(Config::default().silence, Duration::from_millis(50));
     }
 
     /// Finding: a number too large for 64 bits said "out of range: accepted >= 1".

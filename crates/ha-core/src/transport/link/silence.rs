@@ -94,7 +94,9 @@ impl Link {
     pub(crate) fn silence_window(&self) -> Duration {
         let base = self.cfg.rto.as_millis().max(1);
         let factor = (self.rto.current().as_millis() / base).max(1);
-        self.cfg.silence * u32::try_from(factor).unwrap_or(u32::MAX)
+        self.cfg
+            .silence
+            .saturating_mul(u32::try_from(factor).unwrap_or(u32::MAX))
     }
 
     /// The silence check of the active path `a` (see the module doc).
@@ -125,7 +127,7 @@ impl Link {
         if self.silence.next_sample.is_some_and(|t| now < t) {
             return Event::Nothing;
         }
-        self.silence.next_sample = Some(now + (window / 16).max(Duration::from_millis(1)));
+        self.silence.next_sample = now.checked_add((window / 16).max(Duration::from_millis(1)));
         let quiet = if beats {
             self.path(a).unanswered(now, MAX_AHEAD)
         } else {
