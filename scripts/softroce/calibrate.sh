@@ -15,8 +15,9 @@
 # Knobs: CAL_IMPAIR (impairments: none, delay:<ms>:<jitter ms> (netem's default queue reorders
 # packets), jitter:<ms>:<jitter ms> (the same delays in order), loss:<percent>,
 # flap:<down ms>:<period ms>), CAL_SETTINGS (RTO_MS/QP_TIMEOUT pairs), IMPAIR_S (20),
-# AFTER_S (10). The hardware window of QP_TIMEOUT t with 6 retries is 7 x 4.096 us x 2^t
-# (12: 117 ms, 14: 470 ms, 16: 1.9 s).
+# AFTER_S (10), CAL_BREAK (how rail A fails after the impairment: blackhole-far, the default,
+# blackhole-near, blackhole-both, down-far, down-near). The hardware window of QP_TIMEOUT t
+# with 6 retries is 7 x 4.096 us x 2^t (12: 117 ms, 14: 470 ms, 16: 1.9 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 impairs=${CAL_IMPAIR:-none delay:5:2 jitter:5:2 delay:20:10 jitter:20:10 jitter:60:30 loss:2 loss:10 flap:150:2000}
@@ -31,7 +32,7 @@ trap 'rm -rf "$share"' EXIT
 log=$(mktemp)
 t0=$SECONDS
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-IMPAIR_S=${IMPAIR_S:-20} AFTER_S=${AFTER_S:-10} SR_PASSENV="IMPAIR_S AFTER_S ${SR_PASSENV:-}" \
+IMPAIR_S=${IMPAIR_S:-20} AFTER_S=${AFTER_S:-10} SR_PASSENV="IMPAIR_S AFTER_S CAL_BREAK ${SR_PASSENV:-}" \
   SR_TIMEOUT=${SR_TIMEOUT:-3000} bash scripts/softroce/run-in-vm.sh \
   bash scripts/softroce/guest/calibrate.sh "$share" "${points[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}

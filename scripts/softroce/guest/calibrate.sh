@@ -2,7 +2,7 @@
 # Guest side of calibrate.sh (#19 item 2): for each POINT, a verified two-way stream through
 # the plugin (primary rail A, standby rail B, as guest/drill.sh) under an impairment of rail A
 # for IMPAIR_S seconds, then rail A blackholed (no event: only the timers and the QP's retries
-# can see it) for the rest of the stream. Per point it prints one line for the host:
+# can see it) for the rest of the stream — or broken as CAL_BREAK says (see break_rail). Per point it prints one line for the host:
 #
 #   POINT <impair> <rto_ms> <qp_timeout> false=<failovers before the blackhole> \
 #         impaired_s=<s> detect_ms=<detection of each connection that failed over from rail A
@@ -40,6 +40,20 @@ impair() { # impair SPEC: the netem of both ends of rail A
       flap) tc qdisc replace dev $e root netem loss 0% ;;
     esac
   done
+}
+
+# How rail A fails after the impairment (CAL_BREAK): blackhole-far (default: the far end drops
+# all it sends, b->a), blackhole-near (a->b), blackhole-both, down-far, down-near (admin down:
+# PORT_ERR on both ends).
+break_rail() {
+  case ${CAL_BREAK:-blackhole-far} in
+    blackhole-far) tc qdisc replace dev p0b root netem loss 100% ;;
+    blackhole-near) tc qdisc replace dev p0a root netem loss 100% ;;
+    blackhole-both) for e in p0a p0b; do tc qdisc replace dev $e root netem loss 100%; done ;;
+    down-far) ip link set p0b down ;;
+    down-near) ip link set p0a down ;;
+    *) echo "calibrate: unknown CAL_BREAK=$CAL_BREAK" >&2; tc qdisc replace dev p0b root netem loss 100% ;;
+  esac
 }
 
 secs() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
@@ -80,7 +94,7 @@ for point in "$@"; do
   fsleep "$IMPAIR_S"
   [ -n "$fl" ] && { kill "$fl"; wait "$fl" 2> /dev/null; }
   t1=$(date +%s%3N)
-  tc qdisc replace dev p0b root netem loss 100%
+  break_rail
   wait $pid
   rc=$?
   $SOFTROCE_LINK A up > /dev/null 2>&1 || echo "calibrate: rail A did not come back"
