@@ -72,15 +72,13 @@ fn a_silent_link_moves_to_the_answering_standby_long_before_the_soft_timeout() {
     assert_eq!(p.send.link.silence_window(), Duration::from_millis(50));
 }
 
-#[test]
-fn a_peer_that_answers_on_neither_path_is_waited_for() {
-    let _l = TEST_LOCK.read();
-    // The sender's view only: its own control (the receiver's links are fine).
+/// A pair seen from the sender only (its own control; the receiver's links are fine) whose
+/// peer stopped: nothing completes on either path and the active link looks silent (its
+/// kernel delays its acknowledgements); stepped until the sender suspects the link.
+fn suspected_with_nothing_answering() -> (Pair, Flow) {
     let mut p = Pair::split(slow_rto(), "");
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
-    // A stopped peer: nothing completes on either path, and the active link looks silent
-    // (its kernel delays its acknowledgements).
     p.ctl.hold(p.qpn(true, 0));
     p.ctl.hold(p.qpn(true, 1));
     p.ctl.silence(0, true);
@@ -91,6 +89,13 @@ fn a_peer_that_answers_on_neither_path_is_waited_for() {
         "suspicion",
         |p| p.send.link.silence.suspected(),
     );
+    (p, flow)
+}
+
+#[test]
+fn a_peer_that_answers_on_neither_path_is_waited_for() {
+    let _l = TEST_LOCK.read();
+    let (mut p, mut flow) = suspected_with_nothing_answering();
     stays_normal(&mut p, &mut flow, Duration::from_millis(500));
     // It runs again: both paths answer.
     p.ctl.silence(0, false);
@@ -105,19 +110,7 @@ fn a_peer_that_answers_on_neither_path_is_waited_for() {
 #[test]
 fn a_link_that_answers_again_before_the_standby_confirms_keeps_the_traffic() {
     let _l = TEST_LOCK.read();
-    let mut p = Pair::split(slow_rto(), "");
-    let mut flow = Flow::new(&p, 8, 64 << 10);
-    flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
-    p.ctl.hold(p.qpn(true, 0));
-    p.ctl.hold(p.qpn(true, 1));
-    p.ctl.silence(0, true);
-    pump_until(
-        &mut p,
-        &mut flow,
-        Duration::from_secs(10),
-        "suspicion",
-        |p| p.send.link.silence.suspected(),
-    );
+    let (mut p, mut flow) = suspected_with_nothing_answering();
     // The active link acknowledges again, then the standby's answer arrives: the link was
     // only slow, nothing moves (its completions are still held: a slow peer).
     p.ctl.silence(0, false);
