@@ -12,7 +12,9 @@
 # The plugin's rails are loopback addresses (HA_RAILS, default 127.0.0.1,127.0.0.2); Socket runs
 # on lo. Env: PLUGIN_DIR (default dist/), BASE_DIR (a second plugin build, column "base"),
 # ROUNDS (default 2), SIDES (default "ha ha-off base socket tuned", base only with BASE_DIR;
-# `ha+VAR=VALUE` is the plugin with one more variable, e.g. ha+HA_NCCL_SOCK_INLINE=0),
+# `ha+VAR=VALUE` is the plugin with one more variable, e.g. ha+HA_NCCL_SOCK_INLINE=0;
+# `socket+VAR=VALUE` the same for NCCL Socket, e.g. socket+NCCL_PROTO=Simple; several as
+# `ha+A=1+B=2`),
 # PERF_ARGS (default "-b 8 -e 256M -f 8 -g 1 -c 1 -w 5 -n 20"). Needs root (unshare), mpirun.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,15 +43,18 @@ mpi=(mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --mca btl s
      -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_VISIBLE_DEVICES=0 -x NCCL_DEBUG=WARN)
 ha_env() { echo -x NCCL_NET=HA -x NCCL_NET_PLUGIN=ha -x LD_LIBRARY_PATH="$1:${LD_LIBRARY_PATH:-}" \
   -x HA_NCCL_FABRIC=sock -x HA_NCCL_SOCK_RAILS="$rails"; }
+# `A=1+B=2` -> -x A=1 -x B=2 (values without spaces or '+')
+extra() { local kv; IFS=+ read -ra kv <<< "$1"; for v in "${kv[@]}"; do echo -x "$v"; done; }
 fail=0
 for r in $(seq 1 "$rounds"); do
   for s in $sides; do
     case "$s" in
       ha) env=($(ha_env "$plugin")) ;;
       ha-off) env=($(ha_env "$plugin") -x HA_NCCL_ENABLE_BACKUP=0) ;;
-      ha+*=*) env=($(ha_env "$plugin") -x "${s#ha+}") ;;
+      ha+*=*) env=($(ha_env "$plugin") $(extra "${s#ha+}")) ;;
       base) env=($(ha_env "$(cd "$BASE_DIR" && pwd)")) ;;
       socket) env=(-x NCCL_NET=Socket) ;;
+      socket+*=*) env=(-x NCCL_NET=Socket $(extra "${s#socket+}")) ;;
       tuned) env=(-x NCCL_NET=Socket -x NCCL_SOCKET_NTHREADS=4 -x NCCL_NSOCKS_PERTHREAD=4) ;;
       *) echo "compare-1gpu: unknown side $s" >&2; exit 2 ;;
     esac

@@ -349,6 +349,9 @@ pub fn isend_bytes(comm: u64, addr: usize, size: usize, tag: i32, mr: u64) -> Ap
     let c = p.sends.get(comm, "sendComm")?;
     let m = p.mrs.get(mr, "mhandle")?.lock().handle.clone();
     let got = c.lock().isend(addr, size, tag, &m)?;
+    if got.is_none() {
+        stages::mark("isend_none", size as u64);
+    }
     Ok(got.map_or(0, |id| request_token(Kind::SendReq, comm, id)))
 }
 
