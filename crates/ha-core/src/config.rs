@@ -196,8 +196,8 @@ pub const RTO_ADAPTIVE: Param = Param {
 pub const SILENCE_MS: Param = Param {
     name: "HA_NCCL_SILENCE_MS",
     kind: Kind::Millis,
-    default: "50",
-    doc: "Fast detection of a dead active link: when it answers nothing for this long, the standby is probed, and once the standby answered while the active link stayed silent, traffic moves to it (fenced failover, nothing lost). The signal lies below payload and below the peer's threads: on `sock` the peer's kernel's TCP acknowledgements (a 64 MiB write does not delay them; the link's round trip is allowed for), on `verbs` beats, zero-length writes on the active path every quarter of this window that the peer's NIC acknowledges (judged while at most 64 KiB of payload is ahead of them). What a live link may leave unanswered raises the window: on `sock` the peer kernel's delayed ACK (a 50 ms floor; a 25 ms window failed a saturated healthy rail over once in 10 minutes), on `verbs` twice the QP's local ACK timeout (`HA_NCCL_QP_TIMEOUT` 14: 134 ms; lower the timeout for faster detection on a lossless fabric). A stopped or descheduled peer answers on neither path: it is waited for. Widens with the adaptive soft timeout after false alarms. 0 = off (detection by the fabric's retry window and `HA_NCCL_RTO_MS` alone).",
+    default: "25",
+    doc: "Fast detection of a dead active link: when it answers nothing for this long, the standby is probed, and once the standby answered while the active link stayed silent, traffic moves to it (fenced failover, nothing lost). The signal lies below payload and below the peer's threads: on `sock` the peer's kernel's TCP acknowledgements (a 64 MiB write does not delay them; the link's round trip is allowed for), on `verbs` beats, zero-length writes on the active path every quarter of this window that the peer's NIC acknowledges (judged while at most 64 KiB of payload is ahead of them). What a live link may leave unanswered raises the window: on `sock` the peer kernel's delayed ACK (a 25 ms floor: the peer's responder sends a keep-alive, which carries the ACK, every 10 ms while it waits for a receive and does not read), on `verbs` twice the QP's local ACK timeout (`HA_NCCL_QP_TIMEOUT` 14: 134 ms; lower the timeout for faster detection on a lossless fabric). A stopped or descheduled peer answers on neither path: it is waited for. Widens with the adaptive soft timeout after false alarms. 0 = off (detection by the fabric's retry window and `HA_NCCL_RTO_MS` alone).",
     range: Some((0, 3_600_000)),
 };
 
@@ -1053,7 +1053,7 @@ mod tests {
             with(&[("HA_NCCL_SILENCE_MS", "0")]).unwrap().silence,
             Duration::ZERO
         );
-        assert_eq!(Config::default().silence, Duration::from_millis(50));
+        assert_eq!(Config::default().silence, Duration::from_millis(25));
     }
 
     /// Finding: a number too large for 64 bits said "out of range: accepted >= 1".

@@ -134,12 +134,14 @@ pub struct TcpSample {
     pub rto: Duration,
 }
 
-/// How long a live peer's kernel may hold back an acknowledgement: Linux delays it while the
-/// receiving thread has not read what arrived, by at most `TCP_DELACK_MIN` (40 ms) on a link
-/// whose round trip is shorter (longer ones are allowed for through the RTT), plus a few timer
-/// ticks of slack. Measured: a 25 ms silence window failed a healthy, saturated rail over once
-/// in 10 minutes (the receiving thread busy placing 64 MiB messages on a loaded host).
-pub const DELAYED_ACK_BOUND: Duration = Duration::from_millis(50);
+/// How long a live peer's kernel may leave this stream's data unacknowledged: Linux holds an
+/// ACK back (up to 40 ms, `TCP_DELACK_MIN`) while the receiving thread has not read what
+/// arrived. The responder reads continuously, except while a WRITE_WITH_IMM waits for a
+/// receive; it then sends a keep-alive every [`super::responder::KEEPALIVE`] (10 ms), which
+/// carries the kernel's acknowledgement (measured: 40 ms of silence with 50 ms keep-alives,
+/// 8–12 ms with 10 ms ones, `a_responder_waiting_for_a_receive_keeps_the_link_from_looking_silent`).
+/// The floor leaves 2.5 keep-alive periods for a responder thread that waits for a CPU.
+pub const SILENCE_FLOOR: Duration = Duration::from_millis(25);
 
 impl TcpSample {
     /// How long the link has left this stream's data unanswered: the time since the last

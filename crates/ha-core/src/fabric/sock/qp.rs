@@ -367,7 +367,7 @@ impl QueuePair for SockQp {
     }
 
     fn silence_floor(&self) -> std::time::Duration {
-        super::net::DELAYED_ACK_BOUND
+        super::net::SILENCE_FLOOR
     }
 
     fn link_silence(&self) -> Option<std::time::Duration> {

@@ -21,8 +21,12 @@ use std::time::{Duration, Instant};
 
 /// Coalesced ACKs are sent at least every this many frames.
 const ACK_EVERY: u32 = 64;
-/// Keep-alive period while waiting for a receive.
-const KEEPALIVE: Duration = Duration::from_millis(50);
+/// Keep-alive period while waiting for a receive. The responder does not read its stream
+/// meanwhile, so its kernel holds back the acknowledgements of what keeps arriving; each
+/// keep-alive carries them, which keeps the sender's link from looking silent
+/// ([`super::net::SILENCE_FLOOR`]).
+pub const KEEPALIVE: Duration = Duration::from_millis(10);
+const _: () = assert!(KEEPALIVE.as_millis() * 2 < super::net::SILENCE_FLOOR.as_millis());
 
 /// Why the responder ends.
 enum End {

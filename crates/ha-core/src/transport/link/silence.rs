@@ -16,7 +16,8 @@
 //! on `verbs` a lost packet stalls everything behind it until it is resent, so the window is at
 //! least twice the queue pair's local ACK timeout (`HA_NCCL_QP_TIMEOUT` 14: 67 ms, a 134 ms
 //! window); on `sock` the peer's kernel delays its acknowledgement by up to 40 ms while the
-//! peer's thread has not read (a 50 ms floor), and the fabric discounts the link's round trip,
+//! peer's thread has not read, which the peer's responder bounds with a keep-alive every 10 ms
+//! while it waits for a receive (a 25 ms floor), and the fabric discounts the link's round trip,
 //! or TCP's retransmission timeout while a single segment is out.
 //!
 //! Silence alone is not proof: a `sock` peer process that is stopped or descheduled leaves small

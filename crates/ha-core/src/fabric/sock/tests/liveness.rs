@@ -308,3 +308,39 @@ fn a_link_cut_while_the_posting_thread_writes_inline_fails_cleanly() {
         eprintln!("a_link_cut_while_the_posting_thread_writes_inline_fails_cleanly: skipped");
     }
 }
+
+/// A responder that waits for a receive (a WRITE_WITH_IMM arrived before its receive was
+/// posted) does not read its stream meanwhile, so its kernel holds back acknowledgements of
+/// what keeps arriving (Linux delays an ACK that would not open the window, up to 40 ms). Its
+/// keep-alives carry those acknowledgements: the sender's link never looks silent for long.
+#[test]
+fn a_responder_waiting_for_a_receive_keeps_the_link_from_looking_silent() {
+    let _l = TEST_LOCK.read();
+    let (_f, a, b) = pair(Duration::from_secs(5), 64 << 10);
+    let src = Buf::new(1 << 20, 7);
+    let dst = Buf::new(1 << 20, 0);
+    let ms = a.reg(&src, Access::LOCAL_WRITE);
+    let md = b.reg(&dst, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let (lkey, rkey) = (ms.keys().lkey, md.keys().rkey);
+    // No receive posted at b: its responder waits at the first write, while 6 MiB more
+    // arrive (more than the kernel acknowledges at once while nobody reads).
+    let mut wrs = vec![wr(0, SendOp::WriteWithImm(1), (&src, 0, 8, lkey), dst.addr(), rkey)];
+    for i in 1..=96u64 {
+        wrs.push(wr(i, SendOp::Write, (&src, 0, 64 << 10, lkey), dst.addr(), rkey));
+    }
+    a.qp.post_send(&wrs).unwrap();
+    let t0 = Instant::now();
+    let mut worst = Duration::ZERO;
+    while t0.elapsed() < Duration::from_millis(400) {
+        if let Some(s) = a.qp.link_silence() {
+            worst = worst.max(s);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    b.qp.post_recv(99).unwrap();
+    let done = statuses(&a.wait(97));
+    assert_eq!(done, (0..97).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
+    // With keep-alives every 50 ms this read 40 ms (the kernel's delayed ACK); every 10 ms,
+    // 8-12 ms.
+    assert!(worst < net::SILENCE_FLOOR, "worst silence {worst:?}");
+}
