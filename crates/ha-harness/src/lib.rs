@@ -4,11 +4,13 @@
 //! `timeline` draws it (see [`stats`], [`picture`]). Two endpoints talk to each other: two
 //! threads of one process (`--mode threads`) or this process and a child (`--mode procs`).
 //! `drain|undrain|drained` edit the node's drain list the plugin watches ([`drain`]); `limit`
-//! and `scale` print what a message and a connection cost ([`limit`], [`scale`]).
+//! and `scale` print what a message and a connection cost ([`limit`], [`scale`]), `calls` what
+//! the plugin's own software costs per call ([`calls`]).
 
 pub mod args;
 pub mod backoff;
 pub mod bench;
+pub mod calls;
 pub mod check;
 pub mod conn;
 pub mod drain;

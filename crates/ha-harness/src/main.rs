@@ -4,7 +4,8 @@
 //! reads a plugin's stats file and `ha-harness timeline` draws it (`ha_harness::stats`,
 //! `ha_harness::picture`); `ha-harness drain|undrain|drained` edit the node's drain list
 //! (see `ha_harness::drain`); `ha-harness limit` puts the plugin's small-message round trip
-//! next to a raw TCP ping-pong on the same address (see `ha_harness::limit`).
+//! next to a raw TCP ping-pong on the same address (see `ha_harness::limit`); `ha-harness calls`
+//! times the plugin's idle calls (see `ha_harness::calls`).
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -18,6 +19,7 @@ fn main() {
         Some("limit-tcp-echo") => ha_harness::limit::tcp_echo_main(&args[1..]),
         Some("svg2png") => ha_harness::picture::svg2png_main(&args[1..]),
         Some("scale") => ha_harness::scale::main_with_args(&args[1..]),
+        Some("calls") => ha_harness::calls::main_with_args(&args[1..]),
         Some("scale-peer") => ha_harness::scale::peer_main(&args[1..]),
         _ => ha_harness::main_with_args(&args),
     });
