@@ -20,7 +20,7 @@ pub trait Poller: Send + Sync {
 }
 
 /// Completions one consumer-side poll moves at most.
-const POLL_BATCH: usize = 64;
+pub(crate) const POLL_BATCH: usize = 64;
 
 #[derive(Default)]
 pub struct Inbox {
@@ -48,11 +48,20 @@ impl Inbox {
     }
 
     pub fn pop(&self) -> Option<Completion> {
-        if let Some(c) = self.q.pop() {
+        if let Some(c) = self.pop_queued() {
             return Some(c);
         }
         let poller = self.poller.as_ref()?.upgrade()?;
         if poller.try_poll_once(POLL_BATCH) == 0 {
+            return None;
+        }
+        self.pop_queued()
+    }
+
+    /// The next queued completion, without polling the completion queues. An empty queue is
+    /// told by two loads (`SegQueue::pop` alone would also pay a full fence to say so).
+    pub fn pop_queued(&self) -> Option<Completion> {
+        if self.q.is_empty() {
             return None;
         }
         self.q.pop()

@@ -150,6 +150,20 @@ pub struct Route {
     pub inbox: Arc<Inbox>,
 }
 
+impl Route {
+    /// Which router feeds this route's inbox (routes of one engine share it).
+    pub fn router_id(&self) -> usize {
+        Arc::as_ptr(&self.router) as usize
+    }
+
+    /// Have the router poll its completion queues once (as an empty [`Inbox::pop`] does,
+    /// without the weak reference's upgrade); false when nothing moved. A consumer of several
+    /// inboxes fed by one router pops them all with [`Inbox::pop_queued`] and polls once.
+    pub fn poll_queues(&self) -> bool {
+        inbox::Poller::try_poll_once(&*self.router, inbox::POLL_BATCH) > 0
+    }
+}
+
 impl Drop for Route {
     fn drop(&mut self) {
         self.router.remove_route(self.cq_id, self.qpn, &self.inbox);

@@ -44,17 +44,14 @@ const SLEEP: Duration = Duration::from_millis(20);
 
 fn run(router: &Router, stop: &AtomicBool, spin: Duration) {
     let mut last = Instant::now();
-    let mut polls_seen = router.consumer_polls();
     while !stop.load(Ordering::Acquire) {
         if router.poll_once(64) > 0 {
             last = Instant::now();
         } else if last.elapsed() < spin {
             std::hint::spin_loop();
         } else {
-            let polls = router.consumer_polls();
-            if polls != polls_seen {
+            if router.take_consumer_polled() {
                 // A consumer polled since the last look: it sees new completions itself.
-                polls_seen = polls;
                 router.doorbell.sleep(SLEEP);
                 crate::fabric::stages::mark("progress_wake", 0);
             } else {

@@ -6,33 +6,43 @@ use super::inbox::{Inbox, Poller};
 use crate::fabric::{Completion, CompletionQueue, Doorbell};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub struct Router {
-    cqs: RwLock<Vec<(u64, Arc<dyn CompletionQueue>)>>,
+    /// Held while one thread polls and delivers: the queues and the poll buffer (one lock for
+    /// both: a consumer's poll, millions a second, takes one).
+    polling: Mutex<Polling>,
     routes: RwLock<HashMap<(u64, u32), Arc<Inbox>>>,
     pub doorbell: Arc<Doorbell>,
     next_cq: AtomicU64,
     /// Completions whose queue pair had no route (closed connection).
     pub unrouted: AtomicU64,
-    /// Held while one thread polls and delivers; the poll buffer.
-    polling: Mutex<Vec<Completion>>,
-    /// Polls made by consumers ([`Router::try_poll_once`]): the progress thread's sign that
-    /// someone else watches the queues.
-    consumer_polls: AtomicU64,
+    /// A consumer polled ([`Router::try_poll_once`]) since the progress thread last looked:
+    /// its sign that someone else watches the queues. A flag, not a counter: consumers poll
+    /// millions of times a second and only write it when it is down (no shared line bouncing
+    /// between them on every poll).
+    consumer_polled: AtomicBool,
+}
+
+/// What the polling thread holds.
+struct Polling {
+    cqs: Vec<(u64, Arc<dyn CompletionQueue>)>,
+    buf: Vec<Completion>,
 }
 
 impl Default for Router {
     fn default() -> Self {
         Router {
-            cqs: RwLock::new(Vec::new()),
+            polling: Mutex::new(Polling {
+                cqs: Vec::new(),
+                buf: Vec::with_capacity(64),
+            }),
             routes: RwLock::new(HashMap::new()),
             doorbell: Arc::new(Doorbell::new()),
             next_cq: AtomicU64::new(1),
             unrouted: AtomicU64::new(0),
-            polling: Mutex::new(Vec::with_capacity(64)),
-            consumer_polls: AtomicU64::new(0),
+            consumer_polled: AtomicBool::new(false),
         }
     }
 }
@@ -40,12 +50,12 @@ impl Default for Router {
 impl Router {
     pub fn add_cq(&self, cq: Arc<dyn CompletionQueue>) -> u64 {
         let id = self.next_cq.fetch_add(1, Ordering::Relaxed);
-        self.cqs.write().push((id, cq));
+        self.polling.lock().cqs.push((id, cq));
         id
     }
 
     pub fn remove_cq(&self, id: u64) {
-        self.cqs.write().retain(|(i, _)| *i != id);
+        self.polling.lock().cqs.retain(|(i, _)| *i != id);
         self.routes.write().retain(|(c, _), _| *c != id);
     }
 
@@ -72,14 +82,15 @@ impl Router {
         self.poll_locked(&mut self.polling.lock(), batch)
     }
 
-    /// How many consumer polls there have been (it grows while some `test()` loop runs).
-    pub fn consumer_polls(&self) -> u64 {
-        self.consumer_polls.load(Ordering::Relaxed)
+    /// Whether a consumer polled since the last call (which lowers the flag).
+    pub fn take_consumer_polled(&self) -> bool {
+        self.consumer_polled.load(Ordering::Relaxed)
+            && self.consumer_polled.swap(false, Ordering::Relaxed)
     }
 
-    fn poll_locked(&self, buf: &mut Vec<Completion>, batch: usize) -> usize {
+    fn poll_locked(&self, p: &mut Polling, batch: usize) -> usize {
         let mut moved = 0;
-        let cqs = self.cqs.read();
+        let Polling { cqs, buf } = p;
         for (id, cq) in cqs.iter() {
             buf.clear();
             // A failing poll leaves the queue's connections to notice through their QPs.
@@ -107,9 +118,11 @@ impl Poller for Router {
     /// thread delivers whatever is there). Counted as a consumer poll.
     fn try_poll_once(&self, batch: usize) -> usize {
         match self.polling.try_lock() {
-            Some(mut buf) => {
-                self.consumer_polls.fetch_add(1, Ordering::Relaxed);
-                self.poll_locked(&mut buf, batch)
+            Some(mut p) => {
+                if !self.consumer_polled.load(Ordering::Relaxed) {
+                    self.consumer_polled.store(true, Ordering::Relaxed);
+                }
+                self.poll_locked(&mut p, batch)
             }
             None => 0,
         }
@@ -214,17 +227,19 @@ mod tests {
             assert_eq!(router.try_poll_once(64), 0);
             assert_eq!(a.pop(), None, "no second poller while one polls");
         }
-        assert_eq!(
-            router.consumer_polls(),
-            0,
+        assert!(
+            !router.take_consumer_polled(),
             "a poll that stepped aside is no poll"
         );
         assert_eq!(a.pop().map(|c| c.wr_id), Some(1));
-        assert_eq!(router.consumer_polls(), 1);
+        assert!(router.take_consumer_polled());
+        assert!(
+            !router.take_consumer_polled(),
+            "the flag went down when read"
+        );
         router.poll_once(64);
-        assert_eq!(
-            router.consumer_polls(),
-            1,
+        assert!(
+            !router.take_consumer_polled(),
             "the progress thread is no consumer"
         );
         // A router that is gone is not polled (and not kept alive by its inboxes).

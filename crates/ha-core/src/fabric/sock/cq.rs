@@ -147,12 +147,14 @@ impl CompletionQueue for SockCq {
                     "sock: completion queue overran its {cap} entries (HA_NCCL_SOCK_MAX_CQE)"
                 )));
             }
-            if PAUSED.load(Ordering::SeqCst) {
+            // An empty queue is told by two loads (`pop` alone also pays a full fence), and
+            // then nothing is counted.
+            if PAUSED.load(Ordering::SeqCst) || self.q.is_empty() {
                 return Ok(0);
             }
             let mut held = held.lock();
             let mut n = 0;
-            while n < max {
+            while n < max && !self.q.is_empty() {
                 match self.q.pop() {
                     Some(c) => {
                         out.push(c);
@@ -172,7 +174,8 @@ impl CompletionQueue for SockCq {
             return Ok(0);
         }
         let mut n = 0;
-        while n < max {
+        // An empty queue is told by two loads (`pop` alone also pays a full fence).
+        while n < max && !self.q.is_empty() {
             match self.q.pop() {
                 Some(c) => {
                     out.push(c);

@@ -152,6 +152,8 @@ pub struct Link {
     rearm_attempts: u64,
     /// Soft timers' clock (a late tick does not count as a miss).
     clock: SoftClock,
+    /// The timer duties of [`Link::tick`] run again from this instant on.
+    next_duties: Instant,
     /// The last poll stopped at `max_poll`: completions may be waiting in the inboxes.
     backlog: bool,
     /// A soft timeout with nowhere to move was logged (until it clears).
@@ -245,6 +247,7 @@ impl Link {
             plan_retry_at: None,
             left_for_drain: false,
             waiting_since: None,
+            next_duties: clock.last_tick(),
             rearmed: Vec::new(),
             rearm_attempts: 0,
             clock,
@@ -343,25 +346,58 @@ impl Link {
 
     /// Pop up to `max` completions from every path's inbox, each with the path it belongs to
     /// (`None`: the queue pair of a re-arm in progress). The inbox, not the QP number, says
-    /// which path: devices number their queue pairs independently.
+    /// which path: devices number their queue pairs independently. The inboxes are emptied,
+    /// then the completion queues polled once (one router serves them all; this runs per
+    /// `test()`, mostly to find nothing), then emptied again if that moved anything.
     pub fn poll(&mut self, max: usize) -> Vec<(Option<usize>, Completion)> {
         let mut out = Vec::new();
-        // Borrowed, not collected: this runs per `test()`, mostly to find nothing.
-        let inboxes = self
-            .paths
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.as_ref().map(|p| (Some(i), &p.route.inbox)))
-            .chain(self.rearm.as_ref().map(|r| (None, &r.path.route.inbox)));
-        for (i, inbox) in inboxes {
-            while out.len() < max {
-                match inbox.pop() {
-                    Some(c) => out.push((i, c)),
-                    None => break,
+        for pass in 0..2 {
+            // Borrowed, not collected.
+            let routes = self
+                .paths
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| p.as_ref().map(|p| (Some(i), &p.route)))
+                .chain(self.rearm.as_ref().map(|r| (None, &r.path.route)));
+            for (i, route) in routes {
+                while out.len() < max {
+                    match route.inbox.pop_queued() {
+                        Some(c) => out.push((i, c)),
+                        None => break,
+                    }
                 }
+            }
+            if pass == 1 || out.len() >= max || !self.poll_routers() {
+                break;
             }
         }
         out
+    }
+
+    /// Have each router that feeds a path poll its queues once (all paths share one in the
+    /// plugin: one poll); true when that moved anything.
+    fn poll_routers(&self) -> bool {
+        let mut polled = [0usize; 3];
+        let mut n = 0;
+        let mut moved = false;
+        let routes = self
+            .paths
+            .iter()
+            .flatten()
+            .map(|p| &p.route)
+            .chain(self.rearm.as_ref().map(|r| &r.path.route));
+        for route in routes {
+            let id = route.router_id();
+            if polled[..n].contains(&id) {
+                continue;
+            }
+            if n < polled.len() {
+                polled[n] = id;
+                n += 1;
+            }
+            moved |= route.poll_queues();
+        }
+        moved
     }
 
     /// Account a completion and say what it means.

@@ -45,6 +45,11 @@ impl SoftClock {
         late
     }
 
+    /// When the last tick was (the time of this call, for work done right after a pump).
+    pub fn last_tick(&self) -> Instant {
+        self.last_tick
+    }
+
     /// How long a soft timer started at `t` has run by `now`, not counting time before the
     /// last late tick.
     pub fn elapsed(&self, t: Instant, now: Instant) -> Duration {
@@ -63,9 +68,14 @@ pub enum Drain {
     Overdue,
 }
 
+/// How often [`Link::tick`]'s duties run at most. Every timer they serve counts in
+/// milliseconds (the silence check samples every sixteenth of its window, 1.5 ms at the
+/// smallest default), while a polling caller ticks per `test()`, millions of times a second.
+pub const DUTIES_EVERY: Duration = Duration::from_micros(50);
+
 impl Link {
     /// Periodic duties, in order: the active path (or the failover deadline), the standby,
-    /// the re-arm of a failed path, where traffic belongs.
+    /// the re-arm of a failed path, where traffic belongs; at most every [`DUTIES_EVERY`].
     pub fn tick(&mut self) -> Event {
         let now = Instant::now();
         if self.clock.tick(now) {
@@ -75,6 +85,10 @@ impl Link {
                 self.name
             );
         }
+        if now < self.next_duties {
+            return Event::Nothing;
+        }
+        self.next_duties = now + DUTIES_EVERY;
         if let Some(c) = self.rto.tick(now) {
             tracing::info!(
                 "NET/HA : {}: soft timeout back to {:?} from {:?}: no false alarm for {:?} (HA_NCCL_RTO_ADAPTIVE)",
@@ -248,13 +262,14 @@ impl Link {
     }
 
     /// Keep-alive: while the connection waits on its peer, probe the active path now and then
-    /// (a dead link then fails the waiting request instead of hanging it).
+    /// (a dead link then fails the waiting request instead of hanging it). Called right after
+    /// a pump: its tick's time is now.
     pub fn keepalive(&mut self, waiting: bool) -> Event {
         if !waiting {
             self.waiting_since = None;
             return Event::Nothing;
         }
-        let now = Instant::now();
+        let now = self.clock.last_tick();
         let since = *self.waiting_since.get_or_insert(now);
         if now.duration_since(since) < self.cfg.keepalive || !matches!(self.phase, Phase::Normal) {
             return Event::Nothing;

@@ -324,9 +324,21 @@ fn a_responder_waiting_for_a_receive_keeps_the_link_from_looking_silent() {
     let (lkey, rkey) = (ms.keys().lkey, md.keys().rkey);
     // No receive posted at b: its responder waits at the first write, while 6 MiB more
     // arrive (more than the kernel acknowledges at once while nobody reads).
-    let mut wrs = vec![wr(0, SendOp::WriteWithImm(1), (&src, 0, 8, lkey), dst.addr(), rkey)];
+    let mut wrs = vec![wr(
+        0,
+        SendOp::WriteWithImm(1),
+        (&src, 0, 8, lkey),
+        dst.addr(),
+        rkey,
+    )];
     for i in 1..=96u64 {
-        wrs.push(wr(i, SendOp::Write, (&src, 0, 64 << 10, lkey), dst.addr(), rkey));
+        wrs.push(wr(
+            i,
+            SendOp::Write,
+            (&src, 0, 64 << 10, lkey),
+            dst.addr(),
+            rkey,
+        ));
     }
     a.qp.post_send(&wrs).unwrap();
     let t0 = Instant::now();
@@ -339,7 +351,10 @@ fn a_responder_waiting_for_a_receive_keeps_the_link_from_looking_silent() {
     }
     b.qp.post_recv(99).unwrap();
     let done = statuses(&a.wait(97));
-    assert_eq!(done, (0..97).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
+    assert_eq!(
+        done,
+        (0..97).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
     // With keep-alives every 50 ms this read 40 ms (the kernel's delayed ACK); every 10 ms,
     // 8-12 ms.
     assert!(worst < net::SILENCE_FLOOR, "worst silence {worst:?}");
