@@ -57,6 +57,8 @@ pub struct Ctl {
     /// Clear-to-sends posted, signaled and unsignaled.
     pub cts_signaled: AtomicU64,
     pub cts_unsignaled: AtomicU64,
+    /// Polls of every completion queue of this fabric, by anyone.
+    pub cq_polls: AtomicU64,
     /// Queue pairs say nothing of their link (`link_alive` is `None`, as on verbs).
     hide_link: AtomicBool,
     /// Devices whose link is cut at this end.
@@ -363,6 +365,7 @@ impl CtlCq {
 
 impl CompletionQueue for CtlCq {
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize> {
+        self.ctl.cq_polls.fetch_add(1, Ordering::Relaxed);
         let start = out.len();
         {
             let mut inj = self.injected.lock();

@@ -14,6 +14,7 @@ mod live_stats;
 mod outage;
 mod pair;
 mod planned;
+mod poll;
 mod rearm;
 mod silence;
 mod status;
