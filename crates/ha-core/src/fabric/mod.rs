@@ -164,10 +164,11 @@ pub struct SendWr {
     pub rkey: u32,
     /// Produce a completion on success (errors always complete).
     pub signaled: bool,
-    /// `local` is host memory the plugin owns (its staging: clear-to-sends, completion
-    /// records, control messages), so a fabric may copy it into the request at post time
+    /// `local` is host memory the CPU may read at post time — the plugin's own staging
+    /// (clear-to-sends, completion records, control messages), or a caller's buffer NCCL
+    /// registered as host memory (`NCCL_PTR_HOST`) — so a fabric may copy it into the request
     /// (verbs: `IBV_SEND_INLINE` when it fits the queue pair's inline limit). Never set for
-    /// NCCL's buffers, which may be GPU memory the CPU cannot read.
+    /// GPU memory, which the CPU cannot read.
     pub inline: bool,
 }
 

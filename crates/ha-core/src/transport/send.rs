@@ -6,7 +6,7 @@
 
 use super::error::{Error, Result};
 use super::link::{Drain, Event, Link, Phase};
-use super::mr::MrHandle;
+use super::mr::{MemKind, MrHandle};
 use crate::fabric::{SendOp, SendWr, Sge};
 use ha_proto::data::layout::{CtrlKind, CtrlMsg, FIFO_DEPTH, RECORD_BYTES, RECORD_WORDS};
 use ha_proto::data::send::{DataWrite, SendArgs, SendBatch, SendSide};
@@ -95,7 +95,9 @@ impl SendComm {
                 }
                 slot.1.push(mr.clone());
                 if let Some(b) = batch {
-                    self.post(a, &b);
+                    // A batch completes at the send of its last entry: a fast one (one entry,
+                    // one write) carries this send's bytes.
+                    self.post(a, &b, mr.kind == MemKind::Host);
                 }
                 Ok(Some(id))
             }
@@ -103,14 +105,18 @@ impl SendComm {
     }
 
     /// Post `b` on path `p`; a failure to post is a failure of that path (the group stays
-    /// posted in the machine and is replayed if the connection fails over).
-    fn post(&mut self, p: usize, b: &SendBatch) {
+    /// posted in the machine and is replayed if the connection fails over). `host`: a fast
+    /// batch's payload is host memory the CPU may read now (`NCCL_PTR_HOST`), so a small one
+    /// may travel inside the work request (verbs `IBV_SEND_INLINE`: the NIC does not fetch it
+    /// with a DMA read). GPU memory never does.
+    fn post(&mut self, p: usize, b: &SendBatch, host: bool) {
         let wrs: Vec<SendWr> = if b.fast {
             // One operation: the payload write carries the record in its immediate.
             vec![SendWr {
                 wr_id: b.record_wr_id,
                 op: SendOp::WriteWithImm(b.imm()),
                 signaled: true,
+                inline: host,
                 ..payload_wr(&b.writes[0])
             }]
         } else {
@@ -240,7 +246,7 @@ impl SendComm {
         };
         debug_assert!(replay.is_empty(), "a planned switch replays nothing");
         for b in &replay {
-            self.post(p.to, b);
+            self.post(p.to, b, false);
         }
         let ev = self.link.finish_plan(replay.len());
         self.on_event(ev);
@@ -281,7 +287,7 @@ impl SendComm {
                 };
                 self.link.active = f.to;
                 for b in &replay {
-                    self.post(f.to, b);
+                    self.post(f.to, b, false);
                 }
                 self.link.finish_switch(f.to, replay.len());
             }
@@ -334,7 +340,8 @@ impl Drop for SendComm {
     }
 }
 
-/// The unsignaled RDMA WRITE of one payload (NCCL's memory: never inline).
+/// The unsignaled RDMA WRITE of one payload (not inline: NCCL's memory, which may be the GPU's;
+/// [`SendComm::post`] lets a fast batch's host payload go inline).
 fn payload_wr(w: &DataWrite) -> SendWr {
     SendWr {
         wr_id: w.wr_id,

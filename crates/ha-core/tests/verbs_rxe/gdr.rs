@@ -185,3 +185,75 @@ fn gpu_flush_reads_through_a_loopback_queue_pair() {
     assert_eq!(recv.flushes().outstanding(), 0);
     assert!(dst == src, "a flush reads, never writes");
 }
+
+/// One message through the connection layer: `len` bytes from `src` (registered as `kind`)
+/// into a fresh host buffer, every byte checked; returns how many work requests went inline
+/// meanwhile (the receiver's clear-to-send is one: the plugin's own staging).
+fn inline_sends_for_one_message(
+    send: &mut SendComm,
+    recv: &mut RecvComm,
+    len: usize,
+    kind: MemKind,
+) -> u64 {
+    let src = pattern(len, len as u8);
+    let dst = vec![0u8; len];
+    let smr = Arc::new(
+        MrHandle::register_kind(&send.devices()[0], src.as_ptr() as usize, len, kind).unwrap(),
+    );
+    let dmr = Arc::new(MrHandle::register(&recv.devices()[0], dst.as_ptr() as usize, len).unwrap());
+    let before = ha_core::fabric::verbs::inline_sends();
+    let deadline = Instant::now() + SHORT;
+    let arg = RecvArg {
+        addr: dst.as_ptr() as usize,
+        size: len,
+        tag: 5,
+        mr: &dmr,
+    };
+    let rid = recv.irecv(&[arg]).unwrap().expect("a receive slot");
+    let (mut sid, mut sdone, mut rdone) = (None, false, false);
+    while !(sdone && rdone) {
+        assert!(Instant::now() < deadline, "transfer did not finish");
+        if sid.is_none() {
+            sid = send.isend(src.as_ptr() as usize, len, 5, &smr).unwrap();
+        }
+        if let (Some(id), false) = (sid, sdone) {
+            sdone = send.test(id).unwrap().is_some();
+        }
+        if !rdone {
+            rdone = recv.test(rid).unwrap().is_some();
+        }
+    }
+    assert!(
+        dst == src,
+        "{len} bytes from {kind:?} memory arrived changed"
+    );
+    ha_core::fabric::verbs::inline_sends() - before
+}
+
+/// A small payload from host memory travels inside its work request (`IBV_SEND_INLINE`: the
+/// NIC does not fetch it with a DMA read); one from GPU memory never does (the CPU cannot read
+/// it), nor one over the queue pair's inline limit (512 bytes asked).
+#[test]
+fn small_host_payloads_go_inline_gpu_ones_never() {
+    let rig = rig_or_skip!("small_host_payloads_go_inline_gpu_ones_never");
+    let f = open(&data_cfg());
+    let (a, b) = (dev_index(&f, &rig.a.0.dev), dev_index(&f, &rig.a.1.dev));
+    let (_engine, mut send, mut recv) = connect_transport(f, a, b);
+    // Each message: the receiver's clear-to-send (inline), then the payload.
+    assert_eq!(
+        inline_sends_for_one_message(&mut send, &mut recv, 64, MemKind::Host),
+        2
+    );
+    assert_eq!(
+        inline_sends_for_one_message(&mut send, &mut recv, 64, MemKind::Cuda),
+        1
+    );
+    assert_eq!(
+        inline_sends_for_one_message(&mut send, &mut recv, 4096, MemKind::Host),
+        1
+    );
+    assert_eq!(
+        inline_sends_for_one_message(&mut send, &mut recv, 500, MemKind::Host),
+        2
+    );
+}

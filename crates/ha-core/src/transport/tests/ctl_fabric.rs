@@ -59,6 +59,10 @@ pub struct Ctl {
     pub cts_unsignaled: AtomicU64,
     /// Polls of every completion queue of this fabric, by anyone.
     pub cq_polls: AtomicU64,
+    /// Payload WRITE_WITH_IMMs (a message in one operation) posted, and how many of them were
+    /// marked inline.
+    pub fast_writes: AtomicU64,
+    pub fast_inline: AtomicU64,
     /// Queue pairs say nothing of their link (`link_alive` is `None`, as on verbs).
     hide_link: AtomicBool,
     /// Devices whose link is cut at this end.
@@ -463,9 +467,14 @@ impl QueuePair for CtlQp {
     }
     fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
         for w in wrs {
-            if ha_proto::data::layout::decode_wr_id(w.wr_id).0
-                == Some(ha_proto::data::layout::WrKind::Cts)
-            {
+            let (kind, _, index) = ha_proto::data::layout::decode_wr_id(w.wr_id);
+            if kind == Some(ha_proto::data::layout::WrKind::Record) && index == 1 {
+                self.ctl.fast_writes.fetch_add(1, Ordering::Relaxed);
+                if w.inline {
+                    self.ctl.fast_inline.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if kind == Some(ha_proto::data::layout::WrKind::Cts) {
                 let c = if w.signaled {
                     &self.ctl.cts_signaled
                 } else {

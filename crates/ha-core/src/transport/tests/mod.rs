@@ -9,6 +9,7 @@
 mod ctl_fabric;
 mod drain;
 mod home;
+mod inline;
 mod limits;
 mod live_stats;
 mod outage;

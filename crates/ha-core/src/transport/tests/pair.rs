@@ -11,7 +11,7 @@ use crate::fabric::Fabric;
 use crate::transport::connect::PendingConnect;
 use crate::transport::ha::HaCfg;
 use crate::transport::listen::ListenComm;
-use crate::transport::mr::MrHandle;
+use crate::transport::mr::{MemKind, MrHandle};
 use crate::transport::recv::{RecvArg, RecvComm};
 use crate::transport::send::SendComm;
 use ha_proto::data::ReqId;
@@ -200,16 +200,25 @@ impl Drop for Flow {
 
 impl Flow {
     pub fn new(p: &Pair, window: usize, max: usize) -> Flow {
+        Flow::with_send_kind(p, window, max, MemKind::Host)
+    }
+
+    /// A flow whose send buffers are registered as memory of `kind` (the bytes are host
+    /// memory all the same: the sock fabric reads them as such).
+    pub fn with_send_kind(p: &Pair, window: usize, max: usize, kind: MemKind) -> Flow {
         let send_bufs: Vec<Vec<u8>> = (0..window).map(|_| vec![0u8; max]).collect();
         let recv_bufs: Vec<Vec<u8>> = (0..window).map(|_| vec![0u8; max]).collect();
         let reg = |dev, b: &Vec<u8>| {
             Arc::new(MrHandle::register(dev, b.as_ptr() as usize, b.len()).unwrap())
         };
+        let reg_send = |dev, b: &Vec<u8>| {
+            Arc::new(MrHandle::register_kind(dev, b.as_ptr() as usize, b.len(), kind).unwrap())
+        };
         Flow {
             max,
             send_mrs: send_bufs
                 .iter()
-                .map(|b| reg(p.send.device_res(), b))
+                .map(|b| reg_send(p.send.device_res(), b))
                 .collect(),
             recv_mrs: recv_bufs
                 .iter()
