@@ -19,7 +19,9 @@ pub const HANDLE_MAGIC: u32 = 0x314e_4148; // "HAN1" little-endian
 /// 2: CTS FIFO banked by path epoch (epoch carried in each clear-to-send), re-arm attempts.
 /// 3: a send to a single receive is one WRITE_WITH_IMM whose fast immediate is the record.
 /// 4: the receiver answers a re-arm's `RearmDone` over the new path (two-way verification).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// 5: a `sock` responder waiting for a receive sends a keep-alive every 10 ms (was 50), which
+///    the sender's 25 ms silence floor relies on: an older peer would look silent for 40 ms.
+pub const PROTOCOL_VERSION: u16 = 5;
 const BODY_LEN: usize = 35;
 const SCRATCH_OFF: usize = 64;
 

@@ -3,9 +3,11 @@
 //!
 //! An inbox made by the engine ([`Inbox::polled_by`]) also lets its consumer poll: when it is
 //! empty, `pop` polls the completion queues itself (unless another thread is polling right
-//! now) before answering `None`. A `test()` loop then sees a completion as soon as the device
-//! wrote it, without waiting for the progress thread to be woken and scheduled (two thread
-//! hand-offs per completion: the fabric's notifier, then the progress thread).
+//! now) before answering `None`. A connection with several paths empties its inboxes with
+//! [`Inbox::pop_queued`] and has the router poll once (`engine::Route::poll_queues`). A
+//! `test()` loop then sees a completion as soon as the device wrote it, without waiting for
+//! the progress thread to be woken and scheduled (two thread hand-offs per completion: the
+//! fabric's notifier, then the progress thread).
 
 use crate::fabric::Completion;
 use crossbeam_queue::SegQueue;

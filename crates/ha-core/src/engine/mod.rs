@@ -157,8 +157,9 @@ impl Route {
     }
 
     /// Have the router poll its completion queues once (as an empty [`Inbox::pop`] does,
-    /// without the weak reference's upgrade); false when nothing moved. A consumer of several
-    /// inboxes fed by one router pops them all with [`Inbox::pop_queued`] and polls once.
+    /// without the weak reference's upgrade); false when nothing moved, or another thread was
+    /// polling (it delivers). A consumer of several inboxes fed by one router pops them all
+    /// with [`Inbox::pop_queued`] and polls once.
     pub fn poll_queues(&self) -> bool {
         inbox::Poller::try_poll_once(&*self.router, inbox::POLL_BATCH) > 0
     }

@@ -1,6 +1,7 @@
 //! Routing table of the progress thread: which completion queues to poll, and which inbox
-//! each queue pair's completions go to. Consumers poll through it too ([`Inbox::pop`]); one
-//! poller at a time, so each queue pair's completions reach its inbox in queue order.
+//! each queue pair's completions go to. Consumers poll through it too (a connection's pump
+//! through [`super::Route::poll_queues`], an empty [`Inbox::pop`]); one poller at a time, so
+//! each queue pair's completions reach its inbox in queue order.
 
 use super::inbox::{Inbox, Poller};
 use crate::fabric::{Completion, CompletionQueue, Doorbell};
@@ -115,7 +116,7 @@ impl Router {
 
 impl Poller for Router {
     /// As [`Router::poll_once`], unless another thread is polling right now (0 then: that
-    /// thread delivers whatever is there). Counted as a consumer poll.
+    /// thread delivers whatever is there). Raises the "a consumer polled" flag.
     fn try_poll_once(&self, batch: usize) -> usize {
         match self.polling.try_lock() {
             Some(mut p) => {

@@ -71,6 +71,22 @@ pub fn pause_polling(paused: bool) {
 static REGISTRY: Mutex<Vec<(usize, Weak<SockCq>)>> = Mutex::new(Vec::new());
 
 impl SockCq {
+    /// Move up to `max` completions into `out`. An empty queue is told by two loads
+    /// (`SegQueue::pop` alone also pays a full fence to say so).
+    fn drain(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let mut n = 0;
+        while n < max && !self.q.is_empty() {
+            match self.q.pop() {
+                Some(c) => {
+                    out.push(c);
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
     /// A queue holding at most `capacity` unpolled entries (`None`: unbounded).
     pub fn create(bell: Arc<Doorbell>, capacity: Option<usize>) -> Arc<SockCq> {
         let cq = Arc::new(SockCq {
@@ -153,16 +169,7 @@ impl CompletionQueue for SockCq {
                 return Ok(0);
             }
             let mut held = held.lock();
-            let mut n = 0;
-            while n < max && !self.q.is_empty() {
-                match self.q.pop() {
-                    Some(c) => {
-                        out.push(c);
-                        n += 1;
-                    }
-                    None => break,
-                }
-            }
+            let n = self.drain(out, max);
             *held -= n;
             PENDING.fetch_sub(n, Ordering::SeqCst);
             if n > 0 {
@@ -173,17 +180,7 @@ impl CompletionQueue for SockCq {
         if PAUSED.load(Ordering::SeqCst) {
             return Ok(0);
         }
-        let mut n = 0;
-        // An empty queue is told by two loads (`pop` alone also pays a full fence).
-        while n < max && !self.q.is_empty() {
-            match self.q.pop() {
-                Some(c) => {
-                    out.push(c);
-                    n += 1;
-                }
-                None => break,
-            }
-        }
+        let n = self.drain(out, max);
         if n > 0 {
             crate::fabric::stages::mark("cq_poll", n as u64);
         }

@@ -140,7 +140,10 @@ pub struct TcpSample {
 /// receive; it then sends a keep-alive every [`super::responder::KEEPALIVE`] (10 ms), which
 /// carries the kernel's acknowledgement (measured: 40 ms of silence with 50 ms keep-alives,
 /// 8–12 ms with 10 ms ones, `a_responder_waiting_for_a_receive_keeps_the_link_from_looking_silent`).
-/// The floor leaves 2.5 keep-alive periods for a responder thread that waits for a CPU.
+/// The floor leaves 2.5 keep-alive periods (15 ms beyond one) for a responder thread that
+/// waits for a CPU; one kept off longer still delays its kernel's ACK, and the sender then
+/// asks the standby (`transport::link::silence`): a false alarm re-arms at once and doubles
+/// that connection's window. The peer's 10 ms keep-alive is part of protocol version 5.
 pub const SILENCE_FLOOR: Duration = Duration::from_millis(25);
 
 impl TcpSample {

@@ -183,7 +183,8 @@ impl VerbsQp {
         })
     }
 
-    /// Whether `w` goes inline: the plugin's own host memory, within the granted limit.
+    /// Whether `w` goes inline: host memory the CPU may read now (the plugin's staging, or a
+    /// caller's `NCCL_PTR_HOST` buffer: `SendWr::inline`), within the granted limit.
     fn inlines(&self, w: &SendWr) -> bool {
         w.inline && w.local.len > 0 && w.local.len as u64 <= u64::from(self.max_inline)
     }

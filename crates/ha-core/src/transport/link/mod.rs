@@ -352,14 +352,7 @@ impl Link {
     pub fn poll(&mut self, max: usize) -> Vec<(Option<usize>, Completion)> {
         let mut out = Vec::new();
         for pass in 0..2 {
-            // Borrowed, not collected.
-            let routes = self
-                .paths
-                .iter()
-                .enumerate()
-                .filter_map(|(i, p)| p.as_ref().map(|p| (Some(i), &p.route)))
-                .chain(self.rearm.as_ref().map(|r| (None, &r.path.route)));
-            for (i, route) in routes {
+            for (i, route) in self.routes() {
                 while out.len() < max {
                     match route.inbox.pop_queued() {
                         Some(c) => out.push((i, c)),
@@ -374,19 +367,23 @@ impl Link {
         out
     }
 
+    /// Every path's route, then the re-arm in progress's (`None`), borrowed: this runs per
+    /// `test()`.
+    fn routes(&self) -> impl Iterator<Item = (Option<usize>, &crate::engine::Route)> {
+        self.paths
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().map(|p| (Some(i), &p.route)))
+            .chain(self.rearm.as_ref().map(|r| (None, &r.path.route)))
+    }
+
     /// Have each router that feeds a path poll its queues once (all paths share one in the
     /// plugin: one poll); true when that moved anything.
     fn poll_routers(&self) -> bool {
         let mut polled = [0usize; 3];
         let mut n = 0;
         let mut moved = false;
-        let routes = self
-            .paths
-            .iter()
-            .flatten()
-            .map(|p| &p.route)
-            .chain(self.rearm.as_ref().map(|r| &r.path.route));
-        for route in routes {
+        for (_, route) in self.routes() {
             let id = route.router_id();
             if polled[..n].contains(&id) {
                 continue;

@@ -1,4 +1,4 @@
-//! The periodic duties of a link, run at every pump: port events and the soft timeout of the
+//! The periodic duties of a link, run by the pumps at most every [`DUTIES_EVERY`]: port events and the soft timeout of the
 //! active path, the failover deadline, standby heartbeats, keep-alive probes of a waiting
 //! connection, the re-arm of a failed path (the sender starts it), and where traffic belongs
 //! (drains, return home: `placement.rs`).

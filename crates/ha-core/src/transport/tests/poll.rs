@@ -16,19 +16,21 @@ fn one_pump_polls_the_queues_once_whatever_the_paths() {
     assert_eq!(p.send.link.paths.len(), 2, "the standby is on");
     let queues = p.ctl.cq_loads().len() as u64;
     let pumps = 2000u64;
+    p.ctl.count_polls_here();
     let before = p.ctl.cq_polls.load(Ordering::Relaxed);
     for _ in 0..pumps {
         // (A late probe or clear-to-send completion may still come: the count is the same.)
         let _ = p.send.link.poll(64);
     }
     let polls = p.ctl.cq_polls.load(Ordering::Relaxed) - before;
-    // The progress thread may look a few times meanwhile (it sleeps while consumers poll).
+    // At most one poll of each queue per pump (fewer when the progress thread was polling at
+    // that instant: it delivers then); two per pump before.
     assert!(
-        polls <= pumps * queues + 16 * queues,
+        polls <= pumps * queues,
         "{polls} polls of {queues} queues for {pumps} pumps"
     );
     assert!(
-        polls >= pumps * queues,
+        polls >= pumps * queues / 2,
         "{polls} polls: the pumps did not poll"
     );
 }
@@ -45,7 +47,15 @@ fn a_pump_delivers_what_waits_in_the_queues_for_any_path() {
     let mut c = error_completion(standby, WcStatus::Success);
     c.wr_id = wr_id(WrKind::Probe, 424_242, 0);
     p.ctl.inject(c);
-    let got = p.send.link.poll(64);
+    // (The progress thread may be polling at that instant and deliver it instead: a few
+    // pumps then.)
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        got.extend(p.send.link.poll(64));
+        if got.iter().any(|(_, g)| g.wr_id == c.wr_id) {
+            break;
+        }
+    }
     // (A late completion of the active path may come with it.)
     assert!(
         got.iter()

@@ -315,7 +315,8 @@ fn a_link_cut_while_the_posting_thread_writes_inline_fails_cleanly() {
 /// keep-alives carry those acknowledgements: the sender's link never looks silent for long.
 #[test]
 fn a_responder_waiting_for_a_receive_keeps_the_link_from_looking_silent() {
-    let _l = TEST_LOCK.read();
+    // Alone: it times a thread's wake-ups (other sock tests would load the cores).
+    let _l = TEST_LOCK.write();
     let (_f, a, b) = pair(Duration::from_secs(5), 64 << 10);
     let src = Buf::new(1 << 20, 7);
     let dst = Buf::new(1 << 20, 0);
