@@ -168,6 +168,18 @@ mod tests {
         assert_eq!(ConnectHandle::decode(&b).unwrap(), h6);
     }
 
+    /// A peer of another build is refused naming both versions and what to do.
+    #[test]
+    fn another_protocol_version_is_refused_by_name() {
+        let e = WireError::BadVersion(PROTOCOL_VERSION - 1).to_string();
+        assert!(
+            e.contains(&format!("version {}", PROTOCOL_VERSION - 1))
+                && e.contains(&format!("this plugin {PROTOCOL_VERSION}"))
+                && e.contains("same plugin build"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn scratch_does_not_disturb_handle() {
         let mut b = [0u8; HANDLE_SIZE];
