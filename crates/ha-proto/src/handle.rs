@@ -98,7 +98,10 @@ impl ConnectHandle {
         }
         let version = r.u16("version")?;
         if version != PROTOCOL_VERSION {
-            return Err(WireError::BadVersion(version));
+            return Err(WireError::BadVersion {
+                got: version,
+                ours: PROTOCOL_VERSION,
+            });
         }
         let flags = r.u16("flags")?;
         let token = r.u64("token")?;
@@ -171,7 +174,11 @@ mod tests {
     /// A peer of another build is refused naming both versions and what to do.
     #[test]
     fn another_protocol_version_is_refused_by_name() {
-        let e = WireError::BadVersion(PROTOCOL_VERSION - 1).to_string();
+        let e = WireError::BadVersion {
+            got: PROTOCOL_VERSION - 1,
+            ours: PROTOCOL_VERSION,
+        }
+        .to_string();
         assert!(
             e.contains(&format!("version {}", PROTOCOL_VERSION - 1))
                 && e.contains(&format!("this plugin {PROTOCOL_VERSION}"))

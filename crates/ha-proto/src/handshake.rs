@@ -179,7 +179,11 @@ pub fn decode_hello(body: &[u8]) -> Result<(u64, Params), HandshakeError> {
     }
     let v = r.u16("version")?;
     if v != PROTOCOL_VERSION {
-        return Err(WireError::BadVersion(v).into());
+        return Err(WireError::BadVersion {
+            got: v,
+            ours: PROTOCOL_VERSION,
+        }
+        .into());
     }
     let token = r.u64("token")?;
     let p = get_params(&mut r)?;

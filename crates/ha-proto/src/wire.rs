@@ -9,8 +9,8 @@ pub enum WireError {
     Truncated { what: &'static str, needed: usize },
     #[error("bad magic {found:#x} (expected {expected:#x}): not an nccl-net-ha message")]
     BadMagic { found: u32, expected: u32 },
-    #[error("the peer speaks protocol version {0}, this plugin {ours}: every rank must load the same plugin build", ours = crate::handle::PROTOCOL_VERSION)]
-    BadVersion(u16),
+    #[error("the peer speaks protocol version {got}, this plugin {ours}: every rank must load the same plugin build")]
+    BadVersion { got: u16, ours: u16 },
     #[error("invalid {what}: {value}")]
     BadValue { what: &'static str, value: u64 },
     #[error("checksum mismatch: corrupted or truncated")]
