@@ -121,6 +121,45 @@ fn connect_transport(f: Arc<dyn Fabric>, a: usize, b: usize) -> (Arc<Engine>, Se
     (engine, pc.finish(), recv.unwrap())
 }
 
+/// Move `src` into `dst` (each with its registration) through the connection layer: post the
+/// receive (again while its slots are taken), send, and test both until done, within `SHORT`.
+fn transfer(
+    send: &mut SendComm,
+    recv: &mut RecvComm,
+    (src, smr): (&[u8], &Arc<MrHandle>),
+    (dst, dmr): (&[u8], &Arc<MrHandle>),
+    tag: i32,
+) {
+    let deadline = Instant::now() + SHORT;
+    let rid = loop {
+        let arg = RecvArg {
+            addr: dst.as_ptr() as usize,
+            size: dst.len(),
+            tag,
+            mr: dmr,
+        };
+        if let Some(id) = recv.irecv(&[arg]).unwrap() {
+            break id;
+        }
+        assert!(Instant::now() < deadline);
+    };
+    let (mut sid, mut sdone, mut rdone) = (None, false, false);
+    while !(sdone && rdone) {
+        assert!(Instant::now() < deadline, "transfer did not finish");
+        if sid.is_none() {
+            sid = send
+                .isend(src.as_ptr() as usize, src.len(), tag, smr)
+                .unwrap();
+        }
+        if let (Some(id), false) = (sid, sdone) {
+            sdone = send.test(id).unwrap().is_some();
+        }
+        if !rdone {
+            rdone = recv.test(rid).unwrap().is_some();
+        }
+    }
+}
+
 #[test]
 fn gpu_flush_reads_through_a_loopback_queue_pair() {
     let rig = rig_or_skip!("gpu_flush_reads_through_a_loopback_queue_pair");
@@ -141,32 +180,8 @@ fn gpu_flush_reads_through_a_loopback_queue_pair() {
         )
         .unwrap(),
     );
+    transfer(&mut send, &mut recv, (&src, &smr), (&dst, &dmr), 3);
     let deadline = Instant::now() + SHORT;
-    let rid = loop {
-        let arg = RecvArg {
-            addr: dst.as_ptr() as usize,
-            size: LEN,
-            tag: 3,
-            mr: &dmr,
-        };
-        if let Some(id) = recv.irecv(&[arg]).unwrap() {
-            break id;
-        }
-        assert!(Instant::now() < deadline);
-    };
-    let (mut sid, mut sdone, mut rdone) = (None, false, false);
-    while !(sdone && rdone) {
-        assert!(Instant::now() < deadline, "transfer did not finish");
-        if sid.is_none() {
-            sid = send.isend(src.as_ptr() as usize, LEN, 3, &smr).unwrap();
-        }
-        if let (Some(id), false) = (sid, sdone) {
-            sdone = send.test(id).unwrap().is_some();
-        }
-        if !rdone {
-            rdone = recv.test(rid).unwrap().is_some();
-        }
-    }
     assert!(dst == src);
     for k in 0..3u64 {
         let id = recv
@@ -202,27 +217,7 @@ fn inline_sends_for_one_message(
     );
     let dmr = Arc::new(MrHandle::register(&recv.devices()[0], dst.as_ptr() as usize, len).unwrap());
     let before = ha_core::fabric::verbs::inline_sends();
-    let deadline = Instant::now() + SHORT;
-    let arg = RecvArg {
-        addr: dst.as_ptr() as usize,
-        size: len,
-        tag: 5,
-        mr: &dmr,
-    };
-    let rid = recv.irecv(&[arg]).unwrap().expect("a receive slot");
-    let (mut sid, mut sdone, mut rdone) = (None, false, false);
-    while !(sdone && rdone) {
-        assert!(Instant::now() < deadline, "transfer did not finish");
-        if sid.is_none() {
-            sid = send.isend(src.as_ptr() as usize, len, 5, &smr).unwrap();
-        }
-        if let (Some(id), false) = (sid, sdone) {
-            sdone = send.test(id).unwrap().is_some();
-        }
-        if !rdone {
-            rdone = recv.test(rid).unwrap().is_some();
-        }
-    }
+    transfer(send, recv, (&src, &smr), (&dst, &dmr), 5);
     assert!(
         dst == src,
         "{len} bytes from {kind:?} memory arrived changed"
