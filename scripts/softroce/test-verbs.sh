@@ -1,7 +1,7 @@
 #!/bin/bash
 # The verbs suite on real kernel verbs, in ONE Soft-RoCE guest (run-in-vm.sh):
 #  * crates/ha-core/tests/verbs_rxe/: the fabric itself, both rails;
-#  * the C-ABI suite through the built .so (crates/nccl-net-ha/tests/abi_sock.rs, abi_peer_failure.rs,
+#  * the C-ABI suite through the built .so (crates/nccl-net-ha/tests/abi_sock.rs, abi_grouped.rs, abi_peer_failure.rs,
 #    abi_lifecycle.rs, abi_gdr.rs) with HA_NCCL_FABRIC=verbs, once on rail A and once on rail B
 #    (guest/verbs-suite.sh says how a rail is selected).
 # Everything is built on the host first (debug profile). Prints every test's output, one
@@ -30,7 +30,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 log=$(mktemp)
 trap 'rm -f "$log" "$log.err"; [ -n "${stage:-}" ] && rm -rf "$stage"' EXIT
-ABI_TESTS=(abi_sock abi_peer_failure abi_lifecycle abi_gdr)
+ABI_TESTS=(abi_sock abi_grouped abi_peer_failure abi_lifecycle abi_gdr)
 tests=(--test verbs_rxe)
 for t in "${ABI_TESTS[@]}"; do tests+=(--test "$t"); done
 # The .so the C-ABI tests load (target/debug/libnccl_net_ha.so, beside their deps/).

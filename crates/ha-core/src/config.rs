@@ -113,6 +113,14 @@ pub const SOCK_INLINE: Param = Param {
     range: Some((0, MIB)),
 };
 
+pub const SOCK_EAGER: Param = Param {
+    name: "HA_NCCL_SOCK_EAGER",
+    kind: Kind::Bytes,
+    default: "4K",
+    doc: "`sock` fabric: a send of at most this many bytes whose clear-to-send has not arrived yet goes at once into an eager slot of the receiver (64 slots of 4 KiB per receive connection, ≈ 260 KiB of host memory), which copies it into the receive's buffer: a small message costs one trip instead of waiting for the receiver's clear-to-send. Applies to the receive connections of this process (the ring) and its sends (the limit). With it on, the devices advertise one buffer per receive (`maxRecvs` 1, as NCCL's Socket transport); 0 = off (`maxRecvs` 8, every send waits for its clear-to-send).",
+    range: Some((0, 4 * KIB)),
+};
+
 pub const SOCK_MAX_QP: Param = Param {
     name: "HA_NCCL_SOCK_MAX_QP",
     kind: Kind::U32,
@@ -341,6 +349,7 @@ pub const PARAMS: &[Param] = &[
     SOCK_RETRY_MS,
     SOCK_SEGMENT,
     SOCK_INLINE,
+    SOCK_EAGER,
     SOCK_MAX_QP,
     SOCK_MAX_CQE,
     TEST_MAX_POLL,
@@ -382,6 +391,8 @@ pub struct Config {
     pub sock_segment: usize,
     /// `HA_NCCL_SOCK_INLINE`, in bytes.
     pub sock_inline: usize,
+    /// `HA_NCCL_SOCK_EAGER`, in bytes (0: off).
+    pub sock_eager: usize,
     /// `HA_NCCL_SOCK_MAX_QP` (`None`: 0, no limit).
     pub sock_max_qp: Option<u32>,
     /// `HA_NCCL_SOCK_MAX_CQE` (`None`: 0, unbounded).
@@ -509,6 +520,8 @@ impl Config {
                 .map_err(|_| out_of_range(&SOCK_SEGMENT, &text(&SOCK_SEGMENT)))?,
             sock_inline: usize::try_from(parse_number(&SOCK_INLINE, &text(&SOCK_INLINE))?)
                 .map_err(|_| out_of_range(&SOCK_INLINE, &text(&SOCK_INLINE)))?,
+            sock_eager: usize::try_from(parse_number(&SOCK_EAGER, &text(&SOCK_EAGER))?)
+                .map_err(|_| out_of_range(&SOCK_EAGER, &text(&SOCK_EAGER)))?,
             sock_max_qp: limit(&SOCK_MAX_QP, &text(&SOCK_MAX_QP))?,
             sock_max_cqe: limit(&SOCK_MAX_CQE, &text(&SOCK_MAX_CQE))?,
             test_max_poll: u32::try_from(parse_number(&TEST_MAX_POLL, &text(&TEST_MAX_POLL))?)
@@ -817,6 +830,7 @@ mod tests {
         assert_eq!(c.rto, Duration::from_millis(1000));
         assert_eq!(c.sock_segment, 1 << 20);
         assert_eq!(c.sock_inline, 4 << 10);
+        assert_eq!(c.sock_eager, 4 << 10);
         assert_eq!((c.sock_max_qp, c.sock_max_cqe), (None, None));
         assert_eq!(c.test_max_poll, 16);
         assert_eq!(c.progress_spin, Duration::from_micros(50));
@@ -1139,6 +1153,7 @@ mod tests {
             ("HA_NCCL_QP_TIMEOUT", "12"),
             ("HA_NCCL_QP_RETRY_CNT", "3"),
             ("HA_NCCL_SOCK_MAX_QP", "29"),
+            ("HA_NCCL_SOCK_EAGER", "1000"),
             ("HA_NCCL_SOCK_MAX_CQE", "31"),
             ("HA_NCCL_GDR", "1"),
             ("HA_NCCL_SILENCE_MS", "53"),
@@ -1150,6 +1165,7 @@ mod tests {
             sock_retry,
             sock_segment,
             sock_inline,
+            sock_eager,
             sock_max_qp,
             sock_max_cqe,
             test_max_poll,
@@ -1182,6 +1198,7 @@ mod tests {
         assert_eq!(sock_retry, Duration::from_millis(700));
         assert_eq!(sock_segment, 8192);
         assert_eq!(sock_inline, 0);
+        assert_eq!(sock_eager, 1000);
         assert_eq!(test_max_poll, 3);
         assert_eq!(progress_spin, Duration::from_micros(9));
         assert_eq!(handshake_timeout, Duration::from_millis(11));
@@ -1204,7 +1221,7 @@ mod tests {
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
         assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
         assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
-        assert_eq!(PARAMS.len(), 31, "one PARAMS row per Config field");
+        assert_eq!(PARAMS.len(), 32, "one PARAMS row per Config field");
     }
 
     #[test]

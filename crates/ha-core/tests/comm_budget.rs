@@ -3,7 +3,9 @@
 //! and the 256 sends that fill them, every byte checked), fail neither for lack of queue pairs
 //! nor of completion-queue entries; beyond the budget, what fails first does so with a clear
 //! error, and nothing hangs or leaks. Each scenario runs in a process of its own (the
-//! configuration is read once per process):
+//! configuration is read once per process), with eager sends off (`HA_NCCL_SOCK_EAGER=0`):
+//! grouped receives are the worst case a queue pair reserves for (8 writes and a record per
+//! receive; an eager send is 2 writes):
 //!
 //! * `sock`, two loopback rails emulating `max_qp` 40 (`HA_NCCL_SOCK_MAX_QP`): budget
 //!   (40 - 1/8) / 2 = 17 connections per device. Connections fill both devices to the budget
@@ -422,6 +424,7 @@ fn in_child(scenario: &str, env: &[(&str, &str)]) {
         .env("NCCL_SOCKET_IFNAME", "lo")
         .env("HA_NCCL_SOCK_RAILS", "127.0.0.1,127.0.0.2")
         .env("HA_NCCL_ENABLE_BACKUP", "1")
+        .env("HA_NCCL_SOCK_EAGER", "0")
         .env("NCCL_DEBUG", "INFO");
     for (k, v) in env {
         cmd.env(k, v);

@@ -4,10 +4,10 @@
 
 use super::input::Input;
 use ha_proto::data::layout::{
-    ctrl_imm, ctrl_slot, cts_word, data_imm, decode_wr_id, encode_cts, encode_record, fast_imm,
-    is_fast, read_cts, read_record, wr_id, CtrlMsg, SharedWords, CTRL_WORDS, CTS_BANKS,
-    CTS_ENTRY_WORDS, CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAILBOX_SLOTS, MAX_RECVS,
-    RECORD_WORDS, SEND_REGION_WORDS,
+    ctrl_imm, ctrl_slot, cts_word, data_imm, decode_wr_id, eager_imm, encode_cts, encode_record,
+    fast_imm, is_eager, is_fast, read_cts, read_record, wr_id, CtrlMsg, SharedWords, CTRL_WORDS,
+    CTS_BANKS, CTS_ENTRY_WORDS, CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAILBOX_SLOTS,
+    MAX_RECVS, RECORD_WORDS, SEND_REGION_WORDS,
 };
 
 /// `[shift][imm u32][wr_id u64][words...]`: the words are stored from word `shift * 8`
@@ -110,10 +110,15 @@ pub fn data_layout(data: &[u8]) {
             // Bits 27..=30 are unused (ignored on receipt, zero when sent).
             assert_eq!(ctrl_imm(s, (imm & 0x00ff_ffff) as u64), imm & !(0xf << 27));
         }
+        // Both the fast and the eager bit: no data immediate has them (the receiver finds no
+        // pending sequence number for it and counts a duplicate).
+        None if imm & (3 << 29) == 3 << 29 => assert!(!is_fast(imm) && !is_eager(imm)),
         None => {
-            let seq = u64::from(imm & 0x3fff_ffff);
+            let seq = u64::from(imm & 0x1fff_ffff);
             let again = if is_fast(imm) {
                 fast_imm(seq)
+            } else if is_eager(imm) {
+                eager_imm(seq)
             } else {
                 data_imm(seq)
             };

@@ -21,7 +21,7 @@ pub const HANDLE_MAGIC: u32 = 0x314e_4148; // "HAN1" little-endian
 /// 4: the receiver answers a re-arm's `RearmDone` over the new path (two-way verification).
 /// 5: a `sock` responder waiting for a receive sends a keep-alive every 10 ms (was 50), which
 ///    the sender's 25 ms silence floor relies on: an older peer would look silent for 40 ms.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 const BODY_LEN: usize = 35;
 const SCRATCH_OFF: usize = 64;
 
@@ -31,6 +31,9 @@ pub mod flags {
     pub const HA: u16 = 1;
     /// Handshake only: bits 8..16 carry the side's traffic class.
     pub const TRAFFIC_CLASS: u16 = 2;
+    /// Handshake only (the acceptor): its region ends with an eager ring, and it takes one
+    /// buffer per receive (see the layout).
+    pub const EAGER: u16 = 4;
 
     /// The traffic class a handshake's flags carry, if any.
     pub fn traffic_class(flags: u16) -> Option<u8> {

@@ -61,7 +61,7 @@ unsafe extern "C" fn get_properties(dev: c_int, props: *mut NcclNetPropertiesV8)
                 port: d.port,
                 latency: 0.0,
                 max_comms: ops::max_comms(dev)?,
-                max_recvs: ops::MAX_RECVS_ADVERTISED,
+                max_recvs: ops::max_recvs(dev)?,
                 net_device_type: NCCL_NET_DEVICE_HOST,
                 net_device_version: 0,
             },

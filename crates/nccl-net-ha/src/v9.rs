@@ -58,7 +58,7 @@ pub(super) fn properties(dev: c_int) -> ApiResult<NcclNetPropertiesV9> {
         port: d.port,
         latency: 0.0,
         max_comms: ops::max_comms(dev)?,
-        max_recvs: ops::MAX_RECVS_ADVERTISED,
+        max_recvs: ops::max_recvs(dev)?,
         net_device_type: NCCL_NET_DEVICE_HOST,
         net_device_version: 0,
         v_props: NcclNetVDevicePropsV9 { ndevs: 1, devs },

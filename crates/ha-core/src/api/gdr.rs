@@ -187,6 +187,7 @@ mod tests {
             handshake_timeout: Duration::from_secs(1),
             traffic_class: None,
             home: Default::default(),
+            eager_bytes: 0,
         }
     }
 

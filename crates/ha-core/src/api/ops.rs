@@ -16,7 +16,8 @@ use crate::transport::recv::RecvArg;
 use ha_proto::data::layout::MAX_RECVS;
 use ha_proto::handle::{self, ConnectHandle, HANDLE_SIZE};
 
-/// `ncclNetProperties` fields beyond the device's own.
+/// The most buffers one `irecv` takes (what an ABI adapter accepts before the connection
+/// decides; [`max_recvs`] is what a device advertises).
 pub const MAX_RECVS_ADVERTISED: i32 = MAX_RECVS as i32;
 
 /// Largest message one `isend` may carry: the fabrics move a message as one write whose
@@ -247,6 +248,19 @@ pub fn comm_budget(dev: i32) -> ApiResult<Budget> {
 }
 
 /// `maxComms` of device `dev` for NCCL's properties.
+/// `maxRecvs` of device `dev`: one buffer per receive while this process's receive
+/// connections offer eager rings (`HA_NCCL_SOCK_EAGER` on `sock`, as NCCL's Socket transport
+/// takes one), else [`MAX_RECVS_ADVERTISED`].
+pub fn max_recvs(dev: i32) -> ApiResult<i32> {
+    device(dev)?;
+    let p = state::get()?;
+    Ok(if p.ha.eager_ring(p.engine.fabric().kind()) {
+        1
+    } else {
+        MAX_RECVS_ADVERTISED
+    })
+}
+
 pub fn max_comms(dev: i32) -> ApiResult<i32> {
     Ok(i32::try_from(comm_budget(dev)?.max_comms).unwrap_or(i32::MAX))
 }

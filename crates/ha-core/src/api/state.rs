@@ -183,6 +183,7 @@ fn build() -> ApiResult<Plugin> {
         rearm_hold: cfg.rearm_hold,
         handshake_timeout: cfg.handshake_timeout,
         traffic_class: None,
+        eager_bytes: cfg.sock_eager,
         home: HomeCfg {
             rearm_backoff_max: cfg.rearm_backoff_max,
             return_home: cfg.return_home,

@@ -10,6 +10,7 @@
 
 pub mod counters;
 pub mod doorbell;
+pub mod host_copy;
 pub mod netif;
 pub mod oob;
 pub mod sock;

@@ -9,7 +9,8 @@ use super::send::SendComm;
 use super::setup::Half;
 use crate::engine::Engine;
 use crate::fabric::oob::OobStream;
-use ha_proto::handle::ConnectHandle;
+use ha_proto::data::send::EagerCfg;
+use ha_proto::handle::{flags, ConnectHandle};
 use ha_proto::handshake::{Connector, Params};
 use std::sync::Arc;
 use std::time::Instant;
@@ -91,6 +92,12 @@ impl PendingConnect {
     pub fn finish(mut self) -> SendComm {
         let half = self.half.take().expect("half");
         let peer = self.peer_params.take().expect("handshake done");
-        SendComm::new(half.into_link(&peer, &self.cfg, &self.stats_file))
+        // The receiver offers an eager ring; this side's limit says how much goes there.
+        let eager =
+            (peer.flags & flags::EAGER != 0 && self.cfg.eager_bytes > 0).then_some(EagerCfg {
+                region_addr: peer.addr,
+                max: self.cfg.eager_bytes as u64,
+            });
+        SendComm::new(half.into_link(&peer, &self.cfg, &self.stats_file), eager)
     }
 }

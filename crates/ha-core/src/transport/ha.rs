@@ -27,6 +27,9 @@ pub struct HaCfg {
     pub traffic_class: Option<u8>,
     /// After the storm: re-arm backoff, return home, drain.
     pub home: HomeCfg,
+    /// `HA_NCCL_SOCK_EAGER`: the largest eager send, and whether receive connections offer
+    /// an eager ring (0: neither). `sock` only (see [`HaCfg::eager_ring`]).
+    pub eager_bytes: usize,
 }
 
 /// What happens after a failover: how re-arm attempts back off, when traffic returns to the
@@ -62,6 +65,12 @@ impl Default for HomeCfg {
 }
 
 impl HaCfg {
+    /// Whether a receive connection on `fabric` offers an eager ring: on `sock`, whose memory
+    /// is always the host's (a copy out of the ring is a `memcpy`), with eager sends on.
+    pub fn eager_ring(&self, fabric: &str) -> bool {
+        self.eager_bytes > 0 && fabric == "sock"
+    }
+
     /// How long a failover may take before it is reported as slow (a soft deadline: the
     /// connection keeps waiting), and how long a fenced path may take to flush before the
     /// connection ends (the flush is local: one that does not come means lost completions).

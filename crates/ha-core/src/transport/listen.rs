@@ -153,7 +153,8 @@ impl ListenComm {
 
     fn finish(&self, p: PendingAccept) -> RecvComm {
         let (half, peer) = p.half.expect("handshake done");
-        RecvComm::new(half.into_link(&peer, &self.cfg, &self.stats_file))
+        let eager = half.eager;
+        RecvComm::new(half.into_link(&peer, &self.cfg, &self.stats_file), eager)
     }
 
     /// Handshakes in progress.

@@ -13,7 +13,7 @@ use crate::fabric::{SendOp, SendWr, Sge, WcStatus};
 use ha_proto::data::layout::{
     CtrlKind, CtrlMsg, CtsEntry, CTS_SLOT_BYTES, CTS_SLOT_WORDS, FIFO_DEPTH,
 };
-use ha_proto::data::recv::RecvSide;
+use ha_proto::data::recv::{EagerCopy, RecvSide};
 use ha_proto::data::ReqId;
 use std::sync::Arc;
 
@@ -36,15 +36,22 @@ pub struct RecvComm {
     slot_mrs: Vec<Vec<Arc<MrHandle>>>,
     /// GPU flushes (`iflush`) and their loopback queue pairs.
     pub(crate) flushes: Flushes,
+    /// This side offered an eager ring: one buffer per receive.
+    eager: bool,
 }
 
 impl RecvComm {
-    pub(crate) fn new(link: Link) -> RecvComm {
+    pub(crate) fn new(link: Link, eager: bool) -> RecvComm {
+        let mut machine = RecvSide::new();
+        if eager {
+            machine.enable_eager();
+        }
         RecvComm {
             link,
-            machine: RecvSide::new(),
+            machine,
             slot_mrs: vec![Vec::new(); FIFO_DEPTH],
             flushes: Flushes::new(),
+            eager,
         }
     }
 
@@ -87,6 +94,12 @@ impl RecvComm {
         if !matches!(self.link.phase, Phase::Normal) {
             return Ok(None);
         }
+        if self.eager && bufs.len() > 1 {
+            return Err(Error::Usage(format!(
+                "irecv of {} buffers on a connection with eager sends (HA_NCCL_SOCK_EAGER): the device advertises one buffer per receive (maxRecvs 1); set HA_NCCL_SOCK_EAGER=0 for grouped receives",
+                bufs.len()
+            )));
+        }
         let a = self.link.active;
         let dev = self.link.path(a).device().clone();
         let mut entries = Vec::with_capacity(bufs.len());
@@ -108,8 +121,28 @@ impl RecvComm {
             return Ok(None);
         };
         self.slot_mrs[p.slot] = bufs.iter().map(|b| b.mr.clone()).collect();
+        if let Some(c) = p.copy {
+            self.copy_eager(c);
+        }
         self.post_cts(a, p.seq, p.slot, p.fifo_word, &p.cts);
         Ok(Some(id))
+    }
+
+    /// Copy an eager send out of the ring into its receive's buffer (before the receive can
+    /// be reported done: the machine reports it only after this returns).
+    fn copy_eager(&mut self, c: EagerCopy) {
+        let copied = self.slot_mrs[c.slot].first().is_some_and(|mr| {
+            crate::fabric::host_copy::copy_to_registered(
+                &self.link.region.words,
+                c.from,
+                c.len,
+                c.to as usize,
+                (mr.addr, mr.len),
+            )
+        });
+        if !copied {
+            self.machine.copy_failed(c.slot);
+        }
     }
 
     /// Write clear-to-send `cts` (staged in slot `slot`) over `path` to word `fifo_word` of
@@ -175,7 +208,11 @@ impl RecvComm {
 
     fn on_event(&mut self, ev: Event) {
         match ev {
-            Event::Data(c) => self.machine.on_completion(&c, &self.link.region.words),
+            Event::Data(c) => {
+                if let Some(copy) = self.machine.on_completion(&c, &self.link.region.words) {
+                    self.copy_eager(copy);
+                }
+            }
             Event::Ctrl(m) => self.on_ctrl(m),
             Event::Fatal(e) => self.machine.fail(e),
             Event::Nothing => {}

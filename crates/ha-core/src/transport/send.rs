@@ -8,8 +8,9 @@ use super::error::{Error, Result};
 use super::link::{Drain, Event, Link, Phase};
 use super::mr::{MemKind, MrHandle};
 use crate::fabric::{SendOp, SendWr, Sge};
+use ha_proto::data::layout::EagerHeader;
 use ha_proto::data::layout::{CtrlKind, CtrlMsg, FIFO_DEPTH, RECORD_BYTES, RECORD_WORDS};
-use ha_proto::data::send::{DataWrite, SendArgs, SendBatch, SendSide};
+use ha_proto::data::send::{DataWrite, EagerCfg, SendArgs, SendBatch, SendSide};
 use ha_proto::data::ReqId;
 use std::sync::Arc;
 
@@ -23,7 +24,8 @@ pub struct SendComm {
 }
 
 impl SendComm {
-    pub(crate) fn new(link: Link) -> SendComm {
+    /// `eager`: the receiver offered an eager ring and this side sends small messages there.
+    pub(crate) fn new(link: Link, eager: Option<EagerCfg>) -> SendComm {
         let fabric = link.path(link.active).lease.engine().fabric().clone();
         let max_msg = link
             .paths
@@ -33,9 +35,13 @@ impl SendComm {
             .map(|i| (i.max_msg_bytes, i.name.clone()))
             .min_by_key(|(m, _)| *m)
             .unwrap_or((u64::MAX, String::new()));
+        let mut machine = SendSide::new();
+        if let Some(cfg) = eager {
+            machine.enable_eager(cfg);
+        }
         SendComm {
             link,
-            machine: SendSide::new(),
+            machine,
             slot_mrs: vec![(0, Vec::new()); FIFO_DEPTH],
             max_msg,
         }
@@ -110,7 +116,38 @@ impl SendComm {
     /// may travel inside the work request (verbs `IBV_SEND_INLINE`: the NIC does not fetch it
     /// with a DMA read). GPU memory never does.
     fn post(&mut self, p: usize, b: &SendBatch, host: bool) {
-        let wrs: Vec<SendWr> = if b.fast {
+        let wrs: Vec<SendWr> = if let Some(header) = b.eager {
+            // The payload into the receiver's eager slot, then its header with the immediate;
+            // both in the receiver's region (its key, not a clear-to-send's).
+            let slot = b.slot();
+            for (i, w) in b.record[..EagerHeader::WORDS].iter().enumerate() {
+                self.link.stage.words.store(slot * RECORD_WORDS + i, *w);
+            }
+            let rkey = self.link.path(p).peer_rkey;
+            let mut wrs: Vec<SendWr> = b
+                .writes
+                .iter()
+                .map(|w| SendWr {
+                    rkey,
+                    inline: host,
+                    ..payload_wr(w)
+                })
+                .collect();
+            wrs.push(SendWr {
+                wr_id: b.record_wr_id,
+                op: SendOp::WriteWithImm(b.imm()),
+                local: Sge {
+                    addr: self.link.stage.addr() + slot * RECORD_BYTES,
+                    len: EagerHeader::WORDS * 8,
+                    lkey: self.link.stage.keys(p).lkey,
+                },
+                remote_addr: header,
+                rkey,
+                signaled: true,
+                inline: true,
+            });
+            wrs
+        } else if b.fast {
             // One operation: the payload write carries the record in its immediate.
             vec![SendWr {
                 wr_id: b.record_wr_id,
@@ -153,7 +190,14 @@ impl SendComm {
     /// `Ok(Some(size))` once the send completed.
     pub fn test(&mut self, id: ReqId) -> Result<Option<u64>> {
         self.pump();
-        Ok(self.machine.test(id)?)
+        let r = self.machine.test(id)?;
+        if r.is_none() && self.machine.awaiting_cts() > 0 {
+            // An eager send waits for its receive's clear-to-send: make sure the peer is
+            // still there.
+            let ev = self.link.keepalive(true);
+            self.on_event(ev);
+        }
+        Ok(r)
     }
 
     /// Drain completions, run the periodic duties, advance a failover.
@@ -161,6 +205,7 @@ impl SendComm {
         for ev in self.link.pump() {
             self.on_event(ev);
         }
+        self.machine.confirm_eager(&self.link.region.words);
         self.advance_failover();
         let upto = self.machine.posted_upto();
         let ev = self.link.request_plan(upto);

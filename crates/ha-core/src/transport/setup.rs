@@ -10,8 +10,8 @@ use super::region::Region;
 use crate::engine::Engine;
 use crate::fabric::Access;
 use ha_proto::data::layout::{
-    CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAILBOX_WORDS, RECORD_WORDS, RECV_REGION_WORDS,
-    SEND_REGION_WORDS,
+    CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAILBOX_WORDS, RECORD_WORDS,
+    RECV_REGION_EAGER_WORDS, RECV_REGION_WORDS, SEND_REGION_WORDS,
 };
 use ha_proto::handle::flags;
 use ha_proto::handshake::{Params, PathParams};
@@ -26,6 +26,8 @@ pub struct Half {
     pub ctrl_stage: Region,
     /// Traffic class of the paths (offered to the peer in the handshake).
     pub traffic_class: Option<u8>,
+    /// The receive side's region ends with an eager ring (offered in the handshake).
+    pub eager: bool,
 }
 
 impl Half {
@@ -63,8 +65,10 @@ impl Half {
         for d in chosen {
             paths.push(Path::open(engine.lease(d)?, traffic_class)?);
         }
+        let eager = role == Role::Recv && cfg.eager_ring(engine.fabric().kind());
         let (region_words, stage_words) = match role {
             Role::Send => (SEND_REGION_WORDS, FIFO_DEPTH * RECORD_WORDS),
+            Role::Recv if eager => (RECV_REGION_EAGER_WORDS, FIFO_DEPTH * CTS_SLOT_WORDS),
             Role::Recv => (RECV_REGION_WORDS, FIFO_DEPTH * CTS_SLOT_WORDS),
         };
         let mut region = Region::new(region_words);
@@ -83,6 +87,7 @@ impl Half {
             stage,
             ctrl_stage,
             traffic_class,
+            eager,
         })
     }
 
@@ -90,7 +95,8 @@ impl Half {
     pub fn params(&self) -> Params {
         Params {
             flags: flags::with_traffic_class(
-                if self.paths.len() > 1 { flags::HA } else { 0 },
+                if self.paths.len() > 1 { flags::HA } else { 0 }
+                    | if self.eager { flags::EAGER } else { 0 },
                 self.traffic_class,
             ),
             paths: self
@@ -111,6 +117,7 @@ impl Half {
     /// Keep as many paths as both sides have, and connect them to the peer's.
     pub fn connect(&mut self, peer: &Params, who: &str) -> Result<()> {
         let need = match self.role {
+            Role::Send if peer.flags & flags::EAGER != 0 => RECV_REGION_EAGER_WORDS * 8,
             Role::Send => RECV_REGION_WORDS * 8,
             Role::Recv => SEND_REGION_WORDS * 8,
         };

@@ -50,6 +50,7 @@ fn cfg(backup: bool) -> HaCfg {
         handshake_timeout: Duration::from_secs(30),
         traffic_class: None,
         home: Default::default(),
+        eager_bytes: 0,
     }
 }
 

@@ -89,6 +89,7 @@ fn ha_cfg() -> HaCfg {
         handshake_timeout: Duration::from_secs(60),
         traffic_class: None,
         home: Default::default(),
+        eager_bytes: 0,
     }
 }
 

@@ -5,15 +5,17 @@
 //! re-keyed ones (the sender fences later than the receiver); then the switch handshake runs
 //! over the new path (re-posted clear-to-sends, `Switch{H}`) and the sender replays. Up to 48
 //! (multi-)receives of 1..=8 buffers, sizes from 0, so FIFO slots are reused; sequence numbers
-//! start at 1 or just below the immediate's (2^30 sequence bits; 2^31 crosses that wrap too) or
-//! the work-request id's (2^48) wrap-around.
+//! start at 1 or just below the immediate's (2^29 sequence bits; 2^31 crosses that wrap too) or
+//! the work-request id's (2^48) wrap-around. With eager sends on (single receives), sends may go
+//! before their receive is posted, into the receiver's eager ring, and are copied out of it.
 //! Checked: every request completes exactly once with the right size, every buffer holds
 //! exactly its bytes, nothing is written into a buffer after its receive completed, and each
 //! path only ever sees keys valid on that path.
 
 use super::layout::*;
+use super::recv::EagerCopy;
 use super::recv::RecvSide;
-use super::send::{SendArgs, SendSide};
+use super::send::{EagerCfg, SendArgs, SendSide};
 use super::ReqId;
 use crate::rc::{Completion, WcOpcode, WcStatus};
 use proptest::prelude::*;
@@ -36,7 +38,8 @@ pub(super) enum Msg {
         bytes: Vec<u8>,
     },
     /// The completion record, or (`fast`) the immediate that is the record: the receive
-    /// completes with `imm` and `len` bytes and nothing lands in the record slot.
+    /// completes with `imm` and `len` bytes and nothing lands in the record slot. `eager`:
+    /// the record is an eager slot's header, landing at that address of the region.
     Record {
         slot: usize,
         words: [u64; RECORD_WORDS],
@@ -44,6 +47,7 @@ pub(super) enum Msg {
         imm: u32,
         len: u32,
         fast: bool,
+        eager: Option<u64>,
     },
     Ack {
         seq: u64,
@@ -79,6 +83,26 @@ pub(super) struct Sim {
     rounds: Vec<Round>,
     posted: usize,
     pub(super) violations: Vec<String>,
+    /// Eager sends on: sends may go before their receive is posted.
+    eager: bool,
+}
+
+/// Where the receiver's region lies in the simulated address space (eager writes land there).
+const REGION: u64 = 1 << 50;
+
+fn write_bytes(w: &SharedWords, off: usize, bytes: &[u8]) {
+    for (i, b) in bytes.iter().enumerate() {
+        let o = off + i;
+        let mut word = w.load(o / 8).to_le_bytes();
+        word[o % 8] = *b;
+        w.store(o / 8, u64::from_le_bytes(word));
+    }
+}
+
+fn read_bytes(w: &SharedWords, off: usize, len: usize) -> Vec<u8> {
+    (off..off + len)
+        .map(|o| w.load(o / 8).to_le_bytes()[o % 8])
+        .collect()
 }
 
 fn completion(seq: u64) -> Completion {
@@ -135,7 +159,33 @@ impl Sim {
             rounds,
             posted: 0,
             violations: Vec::new(),
+            eager: false,
         }
+    }
+
+    /// Single receives (`plan`'s counts are ignored), eager sends of at most `max` bytes.
+    pub(super) fn with_eager(plan: &[(usize, u64)], start: u64, max: u64) -> Sim {
+        let single: Vec<(usize, u64)> = plan.iter().map(|&(_, seed)| (1, seed)).collect();
+        let mut sim = Sim::new(&single, start);
+        sim.records = SharedWords::new(RECV_REGION_EAGER_WORDS);
+        sim.r.enable_eager();
+        sim.s.enable_eager(EagerCfg {
+            region_addr: REGION,
+            max,
+        });
+        sim.eager = true;
+        sim
+    }
+
+    /// The receiver copies an eager send out of its ring into the receive's buffer.
+    fn copy(&mut self, c: Option<EagerCopy>) {
+        let Some(c) = c else { return };
+        if self.completed.contains(&c.to) {
+            self.violations
+                .push(format!("copy into {:#x} after its receive completed", c.to));
+        }
+        let bytes = read_bytes(&self.records, c.from, c.len);
+        self.mem.get_mut(&c.to).expect("buffer")[..c.len].copy_from_slice(&bytes);
     }
 
     pub(super) fn post_recv(&mut self) {
@@ -158,11 +208,13 @@ impl Sim {
         }
         let (rid, p) = self.r.post(&bufs).unwrap().expect("slot free");
         round.rid = Some(rid);
+        let copy = p.copy;
         self.wire.to_s.push_back(Msg::Cts {
             word: p.fifo_word,
             words: p.cts,
         });
         self.posted += 1;
+        self.copy(copy);
     }
 
     pub(super) fn land_cts(&mut self, word: usize, words: &[u64]) {
@@ -173,7 +225,13 @@ impl Sim {
 
     fn isend(&mut self) {
         let key = self.key;
-        let Some(k) = self.rounds[..self.posted]
+        // With eager sends, a send may go before its receive is posted.
+        let upto = if self.eager {
+            self.rounds.len()
+        } else {
+            self.posted
+        };
+        let Some(k) = self.rounds[..upto]
             .iter()
             .position(|r| r.next_send < r.msgs.len())
         else {
@@ -212,7 +270,9 @@ impl Sim {
             let bytes = self.rounds[k as usize].msgs[i as usize][..w.len as usize].to_vec();
             self.wire.to_r.push_back(Msg::Data {
                 addr: w.remote_addr,
-                rkey: w.rkey,
+                // An eager write uses the key of the receiver's region on this path (the
+                // driver's part).
+                rkey: if b.eager.is_some() { self.key } else { w.rkey },
                 bytes,
             });
         }
@@ -227,6 +287,7 @@ impl Sim {
                 RECORD_BYTES as u32
             },
             fast: b.fast,
+            eager: b.eager,
         });
     }
 
@@ -239,6 +300,10 @@ impl Sim {
                         "write to {addr:#x} with key {rkey} on path {}",
                         self.key
                     ));
+                    return;
+                }
+                if addr >= REGION {
+                    write_bytes(&self.records, (addr - REGION) as usize, &bytes);
                     return;
                 }
                 if self.completed.contains(&addr) {
@@ -254,8 +319,14 @@ impl Sim {
                 imm,
                 len,
                 fast,
+                eager,
             } => {
-                if !fast {
+                if let Some(at) = eager {
+                    let header = &words[..EagerHeader::WORDS];
+                    for (i, w) in header.iter().enumerate() {
+                        self.records.store((at - REGION) as usize / 8 + i, *w);
+                    }
+                } else if !fast {
                     for (i, w) in words.iter().enumerate() {
                         self.records.store(slot * RECORD_WORDS + i, *w);
                     }
@@ -265,7 +336,8 @@ impl Sim {
                     byte_len: len,
                     ..completion(seq)
                 };
-                self.r.on_completion(&c, &self.records);
+                let copy = self.r.on_completion(&c, &self.records);
+                self.copy(copy);
                 self.wire.acks.push_back(Msg::Ack { seq });
             }
             _ => unreachable!(),
@@ -306,6 +378,7 @@ impl Sim {
     }
 
     fn test_send(&mut self) {
+        self.s.confirm_eager(&self.fifo);
         for round in self.rounds.iter_mut() {
             let mut still = Vec::new();
             for (id, size) in round.sids.drain(..) {
@@ -417,6 +490,45 @@ impl Sim {
     }
 }
 
+/// A failure of the path at a step: (step, (late clear-to-sends, late data, late acks, stale
+/// clear-to-sends)), see [`Sim::fail_and_switch`].
+type Failure = (usize, (usize, usize, usize, usize));
+
+/// Run `steps` with the path failing at the given steps, then to completion; check it.
+fn run_with_failures(mut sim: Sim, steps: &[u8], fails: &[Failure]) -> Result<(), TestCaseError> {
+    let mut at = fails.to_vec();
+    at.sort_by_key(|f| f.0);
+    let mut next = 0;
+    for (i, &c) in steps.iter().enumerate() {
+        while next < at.len() && at[next].0 == i {
+            let (a, b, c2, d) = at[next].1;
+            sim.fail_and_switch(a, b, c2, d);
+            next += 1;
+        }
+        sim.step(c);
+    }
+    while next < at.len() {
+        let (a, b, c2, d) = at[next].1;
+        sim.fail_and_switch(a, b, c2, d);
+        next += 1;
+    }
+    // Drive to completion on the (reliable) last path.
+    let mut guard = 0;
+    while !sim.all_done() {
+        for c in 0..7 {
+            sim.step(c);
+        }
+        guard += 1;
+        prop_assert!(guard < 20_000, "no progress after failover");
+    }
+    prop_assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+    prop_assert_eq!(sim.r.duplicates(), 0);
+    prop_assert_eq!(sim.s.live_requests(), 0);
+    prop_assert_eq!(sim.r.live_requests(), 0);
+    prop_assert_eq!(sim.s.epoch(), fails.len() as u32);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
@@ -430,35 +542,23 @@ proptest! {
             1..=3,
         ),
     ) {
-        let mut sim = Sim::new(&plan, start);
-        let mut at: Vec<(usize, (usize, usize, usize, usize))> = fails.clone();
-        at.sort_by_key(|f| f.0);
-        let mut next = 0;
-        for (i, &c) in steps.iter().enumerate() {
-            while next < at.len() && at[next].0 == i {
-                let (a, b, c2, d) = at[next].1;
-                sim.fail_and_switch(a, b, c2, d);
-                next += 1;
-            }
-            sim.step(c);
-        }
-        while next < at.len() {
-            let (a, b, c2, d) = at[next].1;
-            sim.fail_and_switch(a, b, c2, d);
-            next += 1;
-        }
-        // Drive to completion on the (reliable) last path.
-        let mut guard = 0;
-        while !sim.all_done() {
-            for c in 0..7 { sim.step(c); }
-            guard += 1;
-            prop_assert!(guard < 20_000, "no progress after failover");
-        }
-        prop_assert!(sim.violations.is_empty(), "{:?}", sim.violations);
-        prop_assert_eq!(sim.r.duplicates(), 0);
-        prop_assert_eq!(sim.s.live_requests(), 0);
-        prop_assert_eq!(sim.r.live_requests(), 0);
-        prop_assert_eq!(sim.s.epoch(), fails.len() as u32);
+        run_with_failures(Sim::new(&plan, start), &steps, &fails)?;
+    }
+
+    /// The same with eager sends of up to 24 bytes (sizes 0..=48: both kinds mixed), which
+    /// may go before their receive is posted; over 100 messages the eager ring's 64 slots
+    /// wrap, so a slot is reused only once a clear-to-send proved it free.
+    #[test]
+    fn failovers_with_eager_sends_complete_everything_exactly_once(
+        plan in proptest::collection::vec((1usize..=1, any::<u64>()), 1..100),
+        start in prop_oneof![Just(1u64), Just((1u64 << 31) - 5), Just((1u64 << 48) - 5)],
+        steps in proptest::collection::vec(any::<u8>(), 0..900),
+        fails in proptest::collection::vec(
+            (0usize..900, (0usize..6, 0usize..12, 0usize..6, 0usize..4)),
+            0..=3,
+        ),
+    ) {
+        run_with_failures(Sim::with_eager(&plan, start, 24), &steps, &fails)?;
     }
 }
 

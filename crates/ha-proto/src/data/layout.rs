@@ -14,8 +14,15 @@
 //!   truncated has no record: its one payload write is itself the WRITE_WITH_IMM, with a
 //!   *fast* immediate, and the receive's size is the completion's byte count (one operation
 //!   per message instead of two).
-//! * **Immediates**: a data immediate is `seq & 0x3fff_ffff`, with bit 30 set when it is fast
-//!   (the record is the immediate); a control immediate has the top bit set:
+//! * **Eager ring** (in the receiver, after its mailbox, when it offers one: the handshake flag
+//!   `EAGER`): [`EAGER_SLOTS`] slots of [`EAGER_SLOT_BYTES`]: a header `{seq, tag | size << 32}`
+//!   then up to [`EAGER_MAX`] payload bytes. A small send need not wait for its clear-to-send:
+//!   the sender writes the payload into slot `seq % EAGER_SLOTS`, then the header with a
+//!   WRITE_WITH_IMM whose immediate has the eager bit; the receiver copies the payload into the
+//!   receive's buffer when both are there (see `send.rs` for when a slot is free again).
+//! * **Immediates**: a data immediate is `seq & 0x1fff_ffff`, with bit 30 set when it is fast
+//!   (the record is the immediate) or bit 29 when it is eager (the record is the eager slot's
+//!   header); a control immediate has the top bit set:
 //!   `1 << 31 | mailbox slot << 24 | control sequence (24 bits)`.
 //! * **Control mailbox** (after the FIFO in the sender's region, after the records in the
 //!   receiver's): [`MAILBOX_SLOTS`] messages of [`CTRL_WORDS`] words, written with
@@ -46,11 +53,25 @@ pub const CTS_FIFO_WORDS: usize = CTS_BANKS * FIFO_DEPTH * CTS_SLOT_WORDS;
 pub const SEND_REGION_WORDS: usize = CTS_FIFO_WORDS + MAILBOX_WORDS;
 /// Words of the receiver's remotely written region: completion records, then mailbox.
 pub const RECV_REGION_WORDS: usize = FIFO_DEPTH * RECORD_WORDS + MAILBOX_WORDS;
+/// Slots of the eager ring: twice the FIFO, so a slot is free again once a clear-to-send 32
+/// sequence numbers later was seen (see `send.rs`).
+pub const EAGER_SLOTS: usize = 2 * FIFO_DEPTH;
+/// Header bytes of an eager slot (`{seq, tag | size << 32}`, padded to a cache line).
+pub const EAGER_HEADER_BYTES: usize = 64;
+/// Largest payload an eager slot holds.
+pub const EAGER_MAX: usize = 4096;
+pub const EAGER_SLOT_BYTES: usize = EAGER_HEADER_BYTES + EAGER_MAX;
+/// Words of the eager ring.
+pub const EAGER_RING_WORDS: usize = EAGER_SLOTS * EAGER_SLOT_BYTES / 8;
+/// Words of the receiver's region with an eager ring (records, mailbox, ring).
+pub const RECV_REGION_EAGER_WORDS: usize = RECV_REGION_WORDS + EAGER_RING_WORDS;
 const CTRL_BIT: u32 = 1 << 31;
 /// A data immediate with this bit carries the whole record (see the module doc).
 const FAST_BIT: u32 = 1 << 30;
+/// A data immediate with this bit announces an eager slot's header (see the module doc).
+const EAGER_BIT: u32 = 1 << 29;
 /// Bits of `seq` a data immediate carries.
-const SEQ_BITS: u64 = 0x3fff_ffff;
+const SEQ_BITS: u64 = 0x1fff_ffff;
 
 /// The immediate of data sequence number `seq` whose record is in the receiver's slot.
 pub fn data_imm(seq: u64) -> u32 {
@@ -65,7 +86,52 @@ pub fn fast_imm(seq: u64) -> u32 {
 
 /// Whether a data immediate is fast (carries the record itself).
 pub fn is_fast(imm: u32) -> bool {
-    imm & (CTRL_BIT | FAST_BIT) == FAST_BIT
+    imm & (CTRL_BIT | FAST_BIT | EAGER_BIT) == FAST_BIT
+}
+
+/// The immediate of data sequence number `seq` sent eagerly (its header is in eager slot
+/// `seq % EAGER_SLOTS`).
+pub fn eager_imm(seq: u64) -> u32 {
+    EAGER_BIT | data_imm(seq)
+}
+
+/// Whether a data immediate is eager.
+pub fn is_eager(imm: u32) -> bool {
+    imm & (CTRL_BIT | FAST_BIT | EAGER_BIT) == EAGER_BIT
+}
+
+/// Byte offset of eager slot `seq % EAGER_SLOTS` in the receiver's region (its header; the
+/// payload follows at [`EAGER_HEADER_BYTES`]).
+pub fn eager_slot_offset(seq: u64) -> usize {
+    RECV_REGION_WORDS * 8 + (seq % EAGER_SLOTS as u64) as usize * EAGER_SLOT_BYTES
+}
+
+/// An eager slot's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EagerHeader {
+    pub seq: u64,
+    pub tag: i32,
+    pub size: u32,
+}
+
+impl EagerHeader {
+    pub const WORDS: usize = 2;
+    pub fn encode(&self) -> [u64; Self::WORDS] {
+        [
+            self.seq,
+            u64::from(self.tag as u32) | (u64::from(self.size) << 32),
+        ]
+    }
+    /// The header of eager slot `seq % EAGER_SLOTS` in a receiver's region.
+    pub fn read(region: &SharedWords, seq: u64) -> EagerHeader {
+        let w = eager_slot_offset(seq) / 8;
+        let w1 = region.load(w + 1);
+        EagerHeader {
+            seq: region.load(w),
+            tag: w1 as u32 as i32,
+            size: (w1 >> 32) as u32,
+        }
+    }
 }
 
 /// Control immediate for mailbox `slot`, control sequence `n`.
@@ -225,6 +291,17 @@ pub fn encode_cts(entries: &[CtsEntry], seq: u64, epoch: u32) -> [u64; CTS_SLOT_
     w[CTS_SLOT_WORDS - 2] = entries.len() as u64 | (u64::from(epoch) << 32);
     w[CTS_SLOT_WORDS - 1] = seq;
     w
+}
+
+/// The sequence number in slot `slot` of path epoch `epoch`'s CTS bank (0: none of this epoch
+/// yet). Tells the sender how far the receiver has posted without reading the entries.
+pub fn cts_seq(fifo: &SharedWords, epoch: u32, slot: usize) -> u64 {
+    let base = cts_word(epoch, slot);
+    let seq = fifo.load_acquire(base + CTS_SLOT_WORDS - 1);
+    if (fifo.load(base + CTS_SLOT_WORDS - 2) >> 32) as u32 != epoch {
+        return 0;
+    }
+    seq
 }
 
 /// Read slot `slot` of path epoch `epoch`'s CTS bank if it carries `seq` and `epoch`; `None` if

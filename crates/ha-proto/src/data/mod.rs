@@ -5,6 +5,8 @@
 //! request is done; drivers in `transport::conn` post it on a fabric.
 
 #[cfg(test)]
+mod eager_tests;
+#[cfg(test)]
 mod failover_tests;
 pub mod layout;
 #[cfg(test)]

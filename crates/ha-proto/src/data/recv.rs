@@ -1,10 +1,13 @@
 //! Receiver side of the data protocol: advertise buffers with CTS entries, complete
 //! receives from WRITE_WITH_IMM completions and the sender's completion records. A
 //! completion whose sequence number is not pending (already done) is dropped and counted.
+//! With an eager ring, a small send may arrive before its receive is posted: it waits in its
+//! eager slot, and the receive takes it (an [`EagerCopy`] for the driver) when it is posted.
 
 use super::layout::{
-    cts_word, data_imm, decode_wr_id, encode_cts, fast_imm, is_fast, read_record, wr_id, CtsEntry,
-    SharedWords, WrKind, CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
+    cts_word, data_imm, decode_wr_id, eager_imm, eager_slot_offset, encode_cts, fast_imm, is_eager,
+    is_fast, read_record, wr_id, CtsEntry, EagerHeader, SharedWords, WrKind, CTS_SLOT_WORDS,
+    EAGER_HEADER_BYTES, EAGER_MAX, EAGER_SLOTS, FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
 };
 use super::{ProtoError, ReqId, Slab};
 use crate::rc::{Completion, WcStatus};
@@ -20,6 +23,21 @@ pub struct RecvPost {
     pub cts: [u64; CTS_SLOT_WORDS],
     pub recv_wr_id: u64,
     pub cts_wr_id: u64,
+    /// An eager send of this sequence number had already arrived: copy it now (the receive is
+    /// done; the clear-to-send still goes, it tells the sender the eager slot is free).
+    pub copy: Option<EagerCopy>,
+}
+
+/// A copy the driver makes before the receive it completes is reported: `len` bytes from byte
+/// `from` of this side's region (an eager slot's payload) to address `to` (the receive's
+/// buffer, host memory inside its registration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EagerCopy {
+    /// The receive's FIFO slot (where the driver keeps its registration).
+    pub slot: usize,
+    pub from: usize,
+    pub to: u64,
+    pub len: usize,
 }
 
 enum State {
@@ -39,6 +57,10 @@ pub struct RecvSide {
     duplicates: u64,
     /// Highest sequence number whose immediate arrived (deliveries are in order).
     delivered: u64,
+    /// This side offered an eager ring.
+    eager: bool,
+    /// Eager sends delivered before their receive was posted, by eager slot.
+    early: Vec<Option<EagerHeader>>,
 }
 
 impl Default for RecvSide {
@@ -63,7 +85,14 @@ impl RecvSide {
             failed: None,
             duplicates: 0,
             delivered: seq - 1,
+            eager: false,
+            early: vec![None; EAGER_SLOTS],
         }
+    }
+
+    /// This side's region holds an eager ring: small sends may arrive there.
+    pub fn enable_eager(&mut self) {
+        self.eager = true;
     }
 
     pub fn failure(&self) -> Option<&ProtoError> {
@@ -159,6 +188,15 @@ impl RecvSide {
         };
         self.by_slot[slot] = Some(id);
         self.next_seq += 1;
+        let early = &mut self.early[(seq % EAGER_SLOTS as u64) as usize];
+        let copy = match early.take_if(|h| h.seq == seq) {
+            Some(h) => {
+                let (state, copy) = take_eager(bufs, &h);
+                *self.reqs.get_mut(id).expect("live") = state;
+                copy
+            }
+            None => None,
+        };
         Ok(Some((
             id,
             RecvPost {
@@ -168,12 +206,65 @@ impl RecvSide {
                 cts: encode_cts(bufs, seq, self.epoch),
                 recv_wr_id: wr_id(WrKind::Recv, seq, 0),
                 cts_wr_id: wr_id(WrKind::Cts, seq, 0),
+                copy,
             },
         )))
     }
 
-    /// Apply one completion; `records` is this side's completion-record array.
-    pub fn on_completion(&mut self, c: &Completion, records: &SharedWords) {
+    /// An eager send arrived (`imm` is eager): its header is in `region`'s eager slot.
+    fn on_eager(&mut self, imm: u32, region: &SharedWords) -> Option<EagerCopy> {
+        let corrupt = |what| Some(ProtoError::CorruptRecord { what });
+        let h = EagerHeader::read(region, u64::from(imm));
+        let error = if !self.eager {
+            corrupt("is eager, but this side offered no eager ring")
+        } else if eager_imm(h.seq) != imm {
+            corrupt("of an eager send holds another sequence number")
+        } else if h.size as usize > EAGER_MAX {
+            corrupt("of an eager send is larger than its slot")
+        } else if h.seq > self.posted_upto() + EAGER_SLOTS as u64 {
+            corrupt("of an eager send is ahead of every free slot")
+        } else {
+            None
+        };
+        if let Some(e) = error {
+            self.fail(e);
+            return None;
+        }
+        let seq = h.seq;
+        if seq > self.posted_upto() {
+            // Not posted yet: it waits in its slot.
+            let early = &mut self.early[(seq % EAGER_SLOTS as u64) as usize];
+            if early.is_some_and(|e| e.seq == seq) {
+                self.duplicates += 1;
+                return None;
+            }
+            *early = Some(h);
+            self.delivered = self.delivered.max(seq);
+            return None;
+        }
+        let slot = (seq % FIFO_DEPTH as u64) as usize;
+        let Some(id) = self.by_slot[slot] else {
+            self.duplicates += 1;
+            return None;
+        };
+        let Some(State::Pending { seq: s, entries }) = self.reqs.get(id) else {
+            self.duplicates += 1;
+            return None;
+        };
+        if *s != seq {
+            self.duplicates += 1;
+            return None;
+        }
+        let (state, copy) = take_eager(entries, &h);
+        self.delivered = self.delivered.max(seq);
+        *self.reqs.get_mut(id).expect("live") = state;
+        copy
+    }
+
+    /// Apply one completion; `records` is this side's region (completion records first, the
+    /// eager ring last). An eager send completing a receive gives the copy to make before the
+    /// receive is reported.
+    pub fn on_completion(&mut self, c: &Completion, records: &SharedWords) -> Option<EagerCopy> {
         let (kind, _, _) = decode_wr_id(c.wr_id);
         if c.status != WcStatus::Success {
             let what = match kind {
@@ -186,31 +277,34 @@ impl RecvSide {
                 status: c.status,
                 what,
             });
-            return;
+            return None;
         }
         if kind != Some(WrKind::Recv) {
-            return;
+            return None;
         }
         let Some(imm) = c.imm else {
             self.fail(ProtoError::CorruptRecord {
                 what: "arrived without an immediate",
             });
-            return;
+            return None;
         };
+        if is_eager(imm) {
+            return self.on_eager(imm, records);
+        }
         let slot = imm as usize % FIFO_DEPTH;
         let Some(id) = self.by_slot[slot] else {
             self.duplicates += 1;
-            return;
+            return None;
         };
         let Some(State::Pending { seq, entries }) = self.reqs.get_mut(id) else {
             self.duplicates += 1;
-            return;
+            return None;
         };
         let fast = is_fast(imm);
         let expected = if fast { fast_imm(*seq) } else { data_imm(*seq) };
         if expected != imm {
             self.duplicates += 1;
-            return;
+            return None;
         }
         let seq = *seq;
         let caps: Vec<u64> = entries.iter().map(|e| e.size).collect();
@@ -236,7 +330,7 @@ impl RecvSide {
                 State::Done(vec![got])
             };
             *self.reqs.get_mut(id).expect("live") = next;
-            return;
+            return None;
         }
         let rec = read_record(records, slot);
         let next = if rec.seq != seq {
@@ -257,6 +351,22 @@ impl RecvSide {
             State::Done(rec.sizes[..caps.len()].to_vec())
         };
         *self.reqs.get_mut(id).expect("live") = next;
+        None
+    }
+
+    /// The driver could not make the copy of an eager send into the receive of FIFO slot
+    /// `slot`: that receive fails (it must not be reported done), and the connection with it.
+    pub fn copy_failed(&mut self, slot: usize) {
+        let e = ProtoError::Failed {
+            status: WcStatus::LocProtErr,
+            what: "copying an eager send into its receive buffer",
+        };
+        if let Some(id) = self.by_slot.get(slot).copied().flatten() {
+            if let Some(r) = self.reqs.get_mut(id) {
+                *r = State::Failed(e.clone());
+            }
+        }
+        self.fail(e);
     }
 
     /// `Ok(Some(sizes))` when done; an error completes the request.
@@ -275,4 +385,31 @@ impl RecvSide {
         }
         outcome
     }
+}
+
+/// Match an eager send (header `h`) against receive buffers `bufs`: the receive's outcome,
+/// and the copy into its buffer.
+fn take_eager(bufs: &[CtsEntry], h: &EagerHeader) -> (State, Option<EagerCopy>) {
+    let size = u64::from(h.size);
+    let state = if bufs.len() != 1 {
+        State::Failed(ProtoError::CorruptRecord {
+            what:
+                "of an eager send is for a multi-receive (eager sends need one buffer per receive)",
+        })
+    } else if bufs[0].tag != h.tag {
+        State::Failed(ProtoError::TagMismatch(h.tag))
+    } else if size > bufs[0].size {
+        // As without eager sends: the sender's request fails with `Truncated` (it checks the
+        // clear-to-send), this side's with `PeerTruncated`.
+        State::Failed(ProtoError::PeerTruncated)
+    } else {
+        let copy = (size > 0).then(|| EagerCopy {
+            slot: (h.seq % FIFO_DEPTH as u64) as usize,
+            from: eager_slot_offset(h.seq) + EAGER_HEADER_BYTES,
+            to: bufs[0].addr,
+            len: size as usize,
+        });
+        return (State::Done(vec![size]), copy);
+    };
+    (state, None)
 }

@@ -2,11 +2,13 @@
 //! decide the writes, complete requests from completions.
 
 use super::layout::{
-    encode_record, read_cts, wr_id, CtsEntry, Record, SharedWords, WrKind, FIFO_DEPTH, MAX_RECVS,
-    RECORD_WORDS, SIZE_TRUNCATED,
+    encode_record, read_cts, wr_id, CtsEntry, Record, SharedWords, WrKind, EAGER_MAX, FIFO_DEPTH,
+    MAX_RECVS, RECORD_WORDS, SIZE_TRUNCATED,
 };
 use super::{ProtoError, ReqId, Slab};
 use crate::rc::{Completion, WcStatus};
+
+mod eager;
 
 /// Local description of a send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +17,16 @@ pub struct SendArgs {
     pub size: u64,
     pub tag: i32,
     pub lkey: u32,
+}
+
+/// Eager sends to a receiver that offered an eager ring (see the layout): where its region
+/// is, and the largest payload sent that way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EagerCfg {
+    /// The receiver's region (its address as the peer sees it).
+    pub region_addr: u64,
+    /// At most [`EAGER_MAX`].
+    pub max: u64,
 }
 
 /// One payload RDMA WRITE to post (unsignaled).
@@ -42,6 +54,10 @@ pub struct SendBatch {
     /// The record travels in the immediate (a single receive, one non-empty payload write of
     /// at most `u32::MAX` bytes, not truncated).
     pub fast: bool,
+    /// Eager: `writes` (at most one) go into the receiver's eager slot, whose header
+    /// (`record[..EagerHeader::WORDS]`) goes with the WRITE_WITH_IMM to this address; every
+    /// write of the batch uses the key of the receiver's region, not a clear-to-send's.
+    pub eager: Option<u64>,
 }
 
 impl SendBatch {
@@ -49,7 +65,9 @@ impl SendBatch {
         (self.seq % FIFO_DEPTH as u64) as usize
     }
     pub fn imm(&self) -> u32 {
-        if self.fast {
+        if self.eager.is_some() {
+            super::layout::eager_imm(self.seq)
+        } else if self.fast {
             super::layout::fast_imm(self.seq)
         } else {
             super::layout::data_imm(self.seq)
@@ -84,6 +102,12 @@ struct Group {
     matched: Vec<SendArgs>,
     /// Requests of this group not yet returned done/failed to the caller.
     live: usize,
+    /// Sent eagerly (one send, no clear-to-send): a replay goes to the eager slot again.
+    eager: bool,
+    /// Eager: the receive's clear-to-send is not seen yet (the send completes once it is), and
+    /// the write's completion, if it came meanwhile.
+    awaiting_cts: bool,
+    acked: bool,
 }
 
 struct SendReq {
@@ -100,6 +124,18 @@ pub struct SendSide {
     groups: Vec<Group>,
     reqs: Slab<SendReq>,
     failed: Option<ProtoError>,
+    eager: Option<EagerCfg>,
+    /// The first sequence number (eager slots before `first + EAGER_SLOTS` were never used).
+    first: u64,
+    /// The highest sequence number of a clear-to-send seen: the receiver finished every
+    /// receive up to `cts_seen - FIFO_DEPTH` (it posts a receive only once the one 32 before,
+    /// in the same FIFO slot, is done).
+    cts_seen: u64,
+    /// Eager groups whose clear-to-send is not seen yet.
+    awaiting: usize,
+    /// Tag and size of the last single-buffer clear-to-send read: what an eager send is
+    /// guessed to match (see `send/eager.rs`).
+    last_cts: Option<(i32, u64)>,
 }
 
 impl Default for SendSide {
@@ -125,11 +161,28 @@ impl SendSide {
                     state: GroupState::Free,
                     matched: Vec::new(),
                     live: 0,
+                    eager: false,
+                    awaiting_cts: false,
+                    acked: false,
                 })
                 .collect(),
             reqs: Slab::new(FIFO_DEPTH * MAX_RECVS),
             failed: None,
+            eager: None,
+            first: seq.max(1),
+            cts_seen: 0,
+            awaiting: 0,
+            last_cts: None,
         }
+    }
+
+    /// Send messages of at most `cfg.max` bytes eagerly when their clear-to-send is not there
+    /// yet (the receiver offered an eager ring and takes one buffer per receive).
+    pub fn enable_eager(&mut self, cfg: EagerCfg) {
+        self.eager = Some(EagerCfg {
+            max: cfg.max.min(EAGER_MAX as u64),
+            ..cfg
+        });
     }
 
     /// The connection's terminal error, if any.
@@ -166,12 +219,14 @@ impl SendSide {
                 return Ok(None); // previous use of this slot still in flight
             }
             match read_cts(fifo, self.epoch, slot, seq) {
-                Ok(None) => return Ok(None),
+                Ok(None) => return Ok(self.try_eager(fifo, seq, a)),
                 Err(n) => {
                     self.fail(ProtoError::BadCts(n));
                     return Err(ProtoError::BadCts(n));
                 }
                 Ok(Some(entries)) => {
+                    self.cts_seen = self.cts_seen.max(seq);
+                    self.last_cts = (entries.len() == 1).then(|| (entries[0].tag, entries[0].size));
                     let n = entries.len();
                     self.cur = Some(Matching {
                         seq,
@@ -227,6 +282,8 @@ impl SendSide {
         g.state = GroupState::Posted;
         g.live = m.entries.len() - m.finished_early;
         g.matched = m.matched.iter().map(|a| a.expect("all matched")).collect();
+        g.eager = false;
+        g.awaiting_cts = false;
         self.next_seq += 1;
         Ok(Some((id, Some(batch))))
     }
@@ -273,6 +330,7 @@ impl SendSide {
             // Index 1: the record travels with the payload (errors name a payload write).
             record_wr_id: wr_id(WrKind::Record, seq, u8::from(fast)),
             fast,
+            eager: None,
         }
     }
 
@@ -315,11 +373,21 @@ impl SendSide {
         for i in posted {
             let g = &mut self.groups[i];
             if g.seq <= delivered {
+                // Delivered: an eager one's clear-to-send went to the old bank and is not
+                // posted again; its completion is certain.
+                if std::mem::take(&mut g.awaiting_cts) {
+                    self.awaiting -= 1;
+                }
                 g.state = if g.live == 0 {
                     GroupState::Free
                 } else {
                     GroupState::Done
                 };
+                continue;
+            }
+            if g.eager {
+                let b = self.replay_eager(i, &mut lkey)?;
+                replay.push(b);
                 continue;
             }
             let entries = match read_cts(fifo, self.epoch, i, g.seq) {
@@ -382,6 +450,7 @@ impl SendSide {
             let what = match kind {
                 Some(WrKind::Data) => "payload RDMA write",
                 Some(WrKind::Record) if index == 1 => "payload RDMA write (with its record)",
+                Some(WrKind::Record) if index == 2 => "eager write (header of a small send)",
                 Some(WrKind::Record) => "completion-record write",
                 Some(WrKind::Probe) => "keep-alive probe of the peer",
                 _ => "send work request",
@@ -395,6 +464,10 @@ impl SendSide {
         if kind == Some(WrKind::Record) {
             let g = &mut self.groups[(seq % FIFO_DEPTH as u64) as usize];
             if g.state == GroupState::Posted && g.seq & ((1 << 48) - 1) == seq {
+                if g.awaiting_cts {
+                    g.acked = true;
+                    return;
+                }
                 g.state = GroupState::Done;
                 if g.live == 0 {
                     g.state = GroupState::Free;

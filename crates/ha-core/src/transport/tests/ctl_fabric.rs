@@ -64,6 +64,10 @@ pub struct Ctl {
     /// marked inline.
     pub fast_writes: AtomicU64,
     pub fast_inline: AtomicU64,
+    /// Eager sends posted (payload into the receiver's ring, then its header), and how many
+    /// of their payload writes were marked inline.
+    pub eager_writes: AtomicU64,
+    pub eager_inline: AtomicU64,
     /// Queue pairs say nothing of their link (`link_alive` is `None`, as on verbs).
     hide_link: AtomicBool,
     /// Devices whose link is cut at this end.
@@ -475,6 +479,19 @@ impl QueuePair for CtlQp {
         self.inner.to_err()
     }
     fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
+        let eager = wrs.iter().any(|w| {
+            let (kind, _, index) = ha_proto::data::layout::decode_wr_id(w.wr_id);
+            kind == Some(ha_proto::data::layout::WrKind::Record) && index == 2
+        });
+        if eager {
+            self.ctl.eager_writes.fetch_add(1, Ordering::Relaxed);
+            let data = wrs
+                .iter()
+                .filter(|w| matches!(w.op, crate::fabric::SendOp::Write));
+            if data.clone().count() > 0 && data.clone().all(|w| w.inline) {
+                self.ctl.eager_inline.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         for w in wrs {
             let (kind, _, index) = ha_proto::data::layout::decode_wr_id(w.wr_id);
             if kind == Some(ha_proto::data::layout::WrKind::Record) && index == 1 {

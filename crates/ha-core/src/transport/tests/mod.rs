@@ -8,6 +8,7 @@
 
 mod ctl_fabric;
 mod drain;
+mod eager;
 mod home;
 mod inline;
 mod limits;

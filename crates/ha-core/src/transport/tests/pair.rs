@@ -35,6 +35,7 @@ pub fn cfg() -> HaCfg {
         handshake_timeout: Duration::from_secs(20),
         traffic_class: None,
         home: Default::default(),
+        eager_bytes: 4096,
     }
 }
 
@@ -171,6 +172,7 @@ pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
 /// A stream of verified messages over a pair: `window` buffers each side, sizes from 1 byte
 /// to `max` bytes.
 pub struct Flow {
+    min: usize,
     max: usize,
     send_bufs: Vec<Vec<u8>>,
     recv_bufs: Vec<Vec<u8>>,
@@ -215,6 +217,7 @@ impl Flow {
             Arc::new(MrHandle::register_kind(dev, b.as_ptr() as usize, b.len(), kind).unwrap())
         };
         Flow {
+            min: 1,
             max,
             send_mrs: send_bufs
                 .iter()
@@ -234,8 +237,15 @@ impl Flow {
         }
     }
 
+    /// A flow whose messages are `min..=max` bytes (host memory).
+    pub fn sized(p: &Pair, window: usize, min: usize, max: usize) -> Flow {
+        let mut f = Flow::new(p, window, max);
+        f.min = min.clamp(1, max);
+        f
+    }
+
     fn size(&self, seq: u64) -> usize {
-        1 + (seq.wrapping_mul(7919) as usize) % self.max
+        self.min + (seq.wrapping_mul(7919) as usize) % (self.max - self.min + 1)
     }
 
     /// One round: post what the windows allow, test what is outstanding. An error of either

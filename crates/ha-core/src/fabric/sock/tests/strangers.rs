@@ -11,7 +11,8 @@ use crate::fabric::sock::listener::{HELLO_WAIT, MAX_PENDING};
 /// 100 s, far past the 3 s retry window in which the queue pairs must connect.
 #[test]
 fn silent_and_garbage_clients_do_not_delay_real_streams() {
-    let _l = TEST_LOCK.read();
+    // Alone: it counts the process's threads and pending hellos, which other tests change.
+    let _l = TEST_LOCK.write();
     let f = fabric(Duration::from_secs(3), 1 << 20);
     let a = side(&f, CAPS);
     let b = side(&f, CAPS);
@@ -62,7 +63,8 @@ fn silent_and_garbage_clients_do_not_delay_real_streams() {
 /// closed first), the rest are closed at their deadline, and the set empties.
 #[test]
 fn the_pending_set_is_bounded_and_empties() {
-    let _l = TEST_LOCK.read();
+    // Alone: it counts the process's threads and pending hellos, which other tests change.
+    let _l = TEST_LOCK.write();
     let f = fabric(LONG, 1 << 20);
     let a = side(&f, CAPS);
     let port = a.ep().port;

@@ -1,0 +1,124 @@
+//! Eager sends on a real `sock` connection: small messages go into the receiver's eager ring
+//! when their clear-to-send is not there yet, through failovers in either direction; a receive
+//! of several buffers is refused by name while they are on; off, nothing goes eagerly.
+
+use super::*;
+use crate::transport::mr::MrHandle;
+use crate::transport::recv::RecvArg;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Small messages (1..=4096 bytes) go eagerly and arrive intact; with the limit at 0 none do.
+#[test]
+fn small_sends_go_eagerly_and_arrive_intact_and_none_do_when_off() {
+    let _l = TEST_LOCK.read();
+    for (bytes, eager) in [(4096, true), (0, false)] {
+        let mut p = Pair::new(HaCfg {
+            eager_bytes: bytes,
+            ..cfg()
+        });
+        let mut flow = Flow::new(&p, 8, 4096);
+        flow.run(&mut p, 400, Duration::from_secs(30)).unwrap();
+        let n = p.ctl.eager_writes.load(Ordering::Relaxed);
+        if eager {
+            assert!(n > 0, "no eager send in 400 small messages");
+        } else {
+            assert_eq!(
+                n, 0,
+                "HA_NCCL_SOCK_EAGER=0: every send waits for its clear-to-send"
+            );
+        }
+        assert_eq!(p.recv.duplicates(), 0);
+    }
+}
+
+/// Sends larger than the limit always wait for their clear-to-send.
+#[test]
+fn sends_over_the_limit_never_go_eagerly() {
+    let _l = TEST_LOCK.read();
+    let mut p = Pair::new(HaCfg {
+        eager_bytes: 16,
+        ..cfg()
+    });
+    // Sizes 1..=16: eager allowed; then 17..=64 K only.
+    let mut small = Flow::new(&p, 8, 16);
+    small.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    assert!(p.ctl.eager_writes.load(Ordering::Relaxed) > 0);
+    let before = p.ctl.eager_writes.load(Ordering::Relaxed);
+    let mut p = Pair::new(HaCfg {
+        eager_bytes: 16,
+        ..cfg()
+    });
+    let mut large = Flow::sized(&p, 8, 17, 64 << 10);
+    large.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    assert_eq!(
+        p.ctl.eager_writes.load(Ordering::Relaxed),
+        0,
+        "{before} before"
+    );
+}
+
+/// Failovers of either side's path in the middle of eager traffic: every message arrives
+/// exactly once, intact, and eager sends go on over the standby.
+#[test]
+fn eager_traffic_survives_failovers_of_either_side_exactly_once() {
+    let _l = TEST_LOCK.read();
+    let mut p = Pair::new(cfg());
+    let mut flow = Flow::new(&p, 16, 512);
+    flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
+    fail_path(&mut p, &mut flow, true, 0);
+    flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
+    // The failed path re-armed (a standby again), then the receiver's active path fails.
+    pump_until(&mut p, &mut flow, Duration::from_secs(20), "re-arm", |p| {
+        rearmed(p, 1)
+    });
+    let before = p.ctl.eager_writes.load(Ordering::Relaxed);
+    let active = p.recv.link.active;
+    fail_path(&mut p, &mut flow, false, active);
+    flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
+    assert!(
+        p.ctl.eager_writes.load(Ordering::Relaxed) > before,
+        "eager sends go on after the failovers"
+    );
+    assert_eq!(p.recv.duplicates(), 0);
+}
+
+/// With eager sends on, the connection takes one buffer per receive (the device advertises
+/// `maxRecvs` 1) and says so; off, two buffers are fine.
+#[test]
+fn a_receive_of_two_buffers_is_refused_by_name_while_eager_sends_are_on() {
+    let _l = TEST_LOCK.read();
+    for (bytes, refused) in [(4096, true), (0, false)] {
+        let mut p = Pair::new(HaCfg {
+            eager_bytes: bytes,
+            ..cfg()
+        });
+        let bufs: Vec<Vec<u8>> = (0..2).map(|_| vec![0u8; 64]).collect();
+        let mrs: Vec<_> = bufs
+            .iter()
+            .map(|b| {
+                Arc::new(
+                    MrHandle::register(p.recv.device_res(), b.as_ptr() as usize, b.len()).unwrap(),
+                )
+            })
+            .collect();
+        let args: Vec<RecvArg> = (0..2)
+            .map(|i| RecvArg {
+                addr: bufs[i].as_ptr() as usize,
+                size: 64,
+                tag: i as i32,
+                mr: &mrs[i],
+            })
+            .collect();
+        let r = p.recv.irecv(&args);
+        if refused {
+            let e = r.expect_err("refused").to_string();
+            assert!(
+                e.contains("HA_NCCL_SOCK_EAGER") && e.contains("maxRecvs 1"),
+                "{e}"
+            );
+        } else {
+            assert!(r.unwrap().is_some());
+        }
+    }
+}
