@@ -272,6 +272,17 @@ mod tests {
         // timeout (200 ms here): until then a lossy link is silent, not dead.
         assert_eq!(open(1, 0, 150).silence(), Duration::ZERO);
         assert_eq!(open(1, 0, 240).silence(), ms(40));
+        // ... which the caller learns, to put a second segment behind it.
+        assert_eq!(open(1, 0, 150).lone_wait(), Some(ms(150) - us(90)));
+        assert_eq!(open(3, 0, 150).lone_wait(), None);
+        // One segment in flight and data behind it that TCP did not send, the peer's window
+        // open: the device took nothing (a link down at this end), no allowance.
+        let behind = TcpSample {
+            unsent: 1024,
+            ..open(1, 0, 60)
+        };
+        assert_eq!(behind.silence(), ms(60) - us(90));
+        assert_eq!(behind.lone_wait(), None);
         // A long, jittery link (40 ms +- 10 ms): an acknowledgement 60 ms late is no silence
         // yet; 200 ms is 80 ms of it.
         let far = |since| TcpSample {

@@ -204,3 +204,41 @@ fn a_large_write_ahead_is_no_silence() {
     flow.run(&mut p, 20, Duration::from_secs(30)).unwrap();
     assert_eq!(p.send.stats().failovers, 0);
 }
+
+/// One segment alone in flight, which the link's silence does not count before TCP's
+/// retransmission timeout (200–450 ms): once it has waited the window, a probe goes behind it
+/// on the active path (a live peer's kernel acknowledges it at once, a dead link does not);
+/// healthy traffic gets none.
+#[test]
+fn a_lone_segment_waiting_the_window_gets_a_probe_behind_it() {
+    let _l = TEST_LOCK.read();
+    let mut p = Pair::split(slow_rto(), "");
+    let mut flow = Flow::new(&p, 8, 4 << 10);
+    flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    let before = p.ctl.probes_on(0);
+    flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
+    assert_eq!(p.ctl.probes_on(0), before, "healthy traffic probes nothing");
+    // The sender's primary: nothing completes, one segment waits unanswered.
+    let qpn = p.qpn(true, 0);
+    p.ctl.hold(qpn);
+    p.ctl.lone(0, true);
+    let t0 = Instant::now();
+    pump_until(
+        &mut p,
+        &mut flow,
+        Duration::from_secs(10),
+        "a probe behind the lone segment",
+        |p| p.ctl.probes_on(0) > before,
+    );
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(25),
+        "before the window: {took:?}"
+    );
+    assert!(matches!(p.send.link.phase, Phase::Normal) && p.send.link.active == 0);
+    // The segment is answered after all: traffic goes on where it was.
+    p.ctl.lone(0, false);
+    p.ctl.release(qpn);
+    flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    assert_eq!(p.send.link.active, 0);
+}
