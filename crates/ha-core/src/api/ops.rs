@@ -247,7 +247,6 @@ pub fn comm_budget(dev: i32) -> ApiResult<Budget> {
     Ok(budget)
 }
 
-/// `maxComms` of device `dev` for NCCL's properties.
 /// `maxRecvs` of device `dev`: one buffer per receive while this process's receive
 /// connections offer eager rings (`HA_NCCL_SOCK_EAGER` on `sock`, as NCCL's Socket transport
 /// takes one), else [`MAX_RECVS_ADVERTISED`].
@@ -261,6 +260,7 @@ pub fn max_recvs(dev: i32) -> ApiResult<i32> {
     })
 }
 
+/// `maxComms` of device `dev` for NCCL's properties.
 pub fn max_comms(dev: i32) -> ApiResult<i32> {
     Ok(i32::try_from(comm_budget(dev)?.max_comms).unwrap_or(i32::MAX))
 }

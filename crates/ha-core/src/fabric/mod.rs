@@ -10,7 +10,6 @@
 
 pub mod counters;
 pub mod doorbell;
-pub mod host_copy;
 pub mod netif;
 pub mod oob;
 pub mod sock;
@@ -203,6 +202,24 @@ pub trait ProtectionDomain: Send + Sync {
     /// Register `[addr, addr+len)`. The caller promises the memory stays valid until the
     /// returned region is dropped.
     fn reg_mr(&self, addr: usize, len: usize, access: Access) -> Result<Box<dyn MemoryRegion>>;
+    /// Copy `len` bytes from byte `from` of `src` (memory of the caller's, e.g. the eager ring
+    /// of a connection's region) to `[addr, addr+len)`, which must lie inside a live
+    /// registration of this domain with key `lkey` and local write access: the fabric checks
+    /// it against its own key table and holds the registration while it copies. Fabrics whose
+    /// registered memory the CPU may not write (GPU memory) refuse (the default).
+    fn copy_into(
+        &self,
+        lkey: u32,
+        addr: usize,
+        src: &ha_proto::data::layout::SharedWords,
+        from: usize,
+        len: usize,
+    ) -> Result<()> {
+        let _ = (lkey, addr, src, from, len);
+        Err(FabricError::InvalidArgument(
+            "this fabric does not copy into registered memory".into(),
+        ))
+    }
     /// Register `len` bytes of the dma-buf `fd`, starting `offset` bytes into it, addressed
     /// as `[iova, iova+len)` (the buffer's virtual address, so remote addresses and keys work
     /// as for [`reg_mr`](Self::reg_mr)). `fd` need only be open during the call: the

@@ -128,19 +128,27 @@ impl RecvComm {
         Ok(Some(id))
     }
 
-    /// Copy an eager send out of the ring into its receive's buffer (before the receive can
-    /// be reported done: the machine reports it only after this returns).
+    /// Copy an eager send out of the ring into its receive's buffer, through the active path's
+    /// device (which checks the buffer against its registration), before the receive can be
+    /// reported done: the machine reports it only after this returns.
     fn copy_eager(&mut self, c: EagerCopy) {
-        let copied = self.slot_mrs[c.slot].first().is_some_and(|mr| {
-            crate::fabric::host_copy::copy_to_registered(
-                &self.link.region.words,
-                c.from,
-                c.len,
-                c.to as usize,
-                (mr.addr, mr.len),
-            )
-        });
-        if !copied {
+        let dev = self.link.path(self.link.active).device().clone();
+        let copied = match self.slot_mrs[c.slot].first().map(|mr| mr.keys_for(&dev)) {
+            Some(Ok(k)) => dev
+                .pd
+                .copy_into(
+                    k.lkey,
+                    c.to as usize,
+                    &self.link.region.words,
+                    c.from,
+                    c.len,
+                )
+                .map_err(|e| e.to_string()),
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err("no registration for the receive".into()),
+        };
+        if let Err(e) = copied {
+            tracing::warn!("NET/HA : {}: eager copy failed: {e}", self.link.name);
             self.machine.copy_failed(c.slot);
         }
     }

@@ -413,3 +413,25 @@ fn a_send_whose_clear_to_send_was_overwritten_by_a_later_one_completes() {
     );
     assert_eq!(e.test_send(sid), Ok(Some(8)));
 }
+
+/// An eager immediate on a connection that offered no ring (a peer that should not send
+/// eagerly) fails the connection by name; the missing ring is never read (before, the header
+/// was read first, past the region's end: a panic).
+#[test]
+fn an_eager_immediate_without_a_ring_fails_the_connection() {
+    let mut r = RecvSide::new();
+    let region = SharedWords::new(RECV_REGION_WORDS);
+    let c = Completion {
+        wr_id: wr_id(WrKind::Recv, 1, 0),
+        qp_num: 1,
+        status: WcStatus::Success,
+        opcode: WcOpcode::RecvRdmaWithImm,
+        byte_len: 16,
+        imm: Some(eager_imm(1)),
+    };
+    assert_eq!(r.on_completion(&c, &region), None);
+    assert!(matches!(
+        r.failure(),
+        Some(ProtoError::CorruptRecord { what }) if what.contains("no eager ring")
+    ));
+}

@@ -7,7 +7,8 @@
 use super::layout::{
     cts_word, data_imm, decode_wr_id, eager_imm, eager_slot_offset, encode_cts, fast_imm, is_eager,
     is_fast, read_record, wr_id, CtsEntry, EagerHeader, SharedWords, WrKind, CTS_SLOT_WORDS,
-    EAGER_HEADER_BYTES, EAGER_MAX, EAGER_SLOTS, FIFO_DEPTH, MAX_RECVS, SIZE_TRUNCATED,
+    EAGER_HEADER_BYTES, EAGER_MAX, EAGER_SLOTS, FIFO_DEPTH, MAX_RECVS, RECV_REGION_EAGER_WORDS,
+    SIZE_TRUNCATED,
 };
 use super::{ProtoError, ReqId, Slab};
 use crate::rc::{Completion, WcStatus};
@@ -214,10 +215,15 @@ impl RecvSide {
     /// An eager send arrived (`imm` is eager): its header is in `region`'s eager slot.
     fn on_eager(&mut self, imm: u32, region: &SharedWords) -> Option<EagerCopy> {
         let corrupt = |what| Some(ProtoError::CorruptRecord { what });
+        if !self.eager || region.len_bytes() < RECV_REGION_EAGER_WORDS * 8 {
+            // No ring to read (a peer that should not send eagerly): fail, never index past.
+            self.fail(ProtoError::CorruptRecord {
+                what: "is eager, but this side offered no eager ring",
+            });
+            return None;
+        }
         let h = EagerHeader::read(region, u64::from(imm));
-        let error = if !self.eager {
-            corrupt("is eager, but this side offered no eager ring")
-        } else if eager_imm(h.seq) != imm {
+        let error = if eager_imm(h.seq) != imm {
             corrupt("of an eager send holds another sequence number")
         } else if h.size as usize > EAGER_MAX {
             corrupt("of an eager send is larger than its slot")
@@ -264,6 +270,7 @@ impl RecvSide {
     /// Apply one completion; `records` is this side's region (completion records first, the
     /// eager ring last). An eager send completing a receive gives the copy to make before the
     /// receive is reported.
+    #[must_use = "an eager send's copy must be made before its receive is reported"]
     pub fn on_completion(&mut self, c: &Completion, records: &SharedWords) -> Option<EagerCopy> {
         let (kind, _, _) = decode_wr_id(c.wr_id);
         if c.status != WcStatus::Success {
@@ -399,8 +406,8 @@ fn take_eager(bufs: &[CtsEntry], h: &EagerHeader) -> (State, Option<EagerCopy>) 
     } else if bufs[0].tag != h.tag {
         State::Failed(ProtoError::TagMismatch(h.tag))
     } else if size > bufs[0].size {
-        // As without eager sends: the sender's request fails with `Truncated` (it checks the
-        // clear-to-send), this side's with `PeerTruncated`.
+        // This side's error when the sender's send is larger (as without eager sends); the
+        // eager send itself completes (see `send/eager.rs`).
         State::Failed(ProtoError::PeerTruncated)
     } else {
         let copy = (size > 0).then(|| EagerCopy {

@@ -104,10 +104,21 @@ struct Group {
     live: usize,
     /// Sent eagerly (one send, no clear-to-send): a replay goes to the eager slot again.
     eager: bool,
-    /// Eager: the receive's clear-to-send is not seen yet (the send completes once it is), and
-    /// the write's completion, if it came meanwhile.
+    /// Eager: the receive's clear-to-send is not seen yet (the send completes once it is).
     awaiting_cts: bool,
+    /// Eager: the write's completion came while `awaiting_cts`.
     acked: bool,
+}
+
+impl Group {
+    /// The group's writes are done: free once its requests were all returned.
+    fn complete(&mut self) {
+        self.state = if self.live == 0 {
+            GroupState::Free
+        } else {
+            GroupState::Done
+        };
+    }
 }
 
 struct SendReq {
@@ -378,11 +389,7 @@ impl SendSide {
                 if std::mem::take(&mut g.awaiting_cts) {
                     self.awaiting -= 1;
                 }
-                g.state = if g.live == 0 {
-                    GroupState::Free
-                } else {
-                    GroupState::Done
-                };
+                g.complete();
                 continue;
             }
             if g.eager {
@@ -404,12 +411,9 @@ impl SendSide {
                     match lkey(i, k, a.addr, a.size) {
                         Some(key) => a.lkey = key,
                         None => {
-                            let e = ProtoError::Failed {
-                                status: WcStatus::LocProtErr,
-                                what: "registering a replayed send on the new path",
-                            };
-                            self.fail(e.clone());
-                            return Err(e);
+                            return Err(
+                                self.key_refused("registering a replayed send on the new path")
+                            )
                         }
                     }
                 }
@@ -432,15 +436,20 @@ impl SendSide {
                 }
             }
             if refused {
-                let e = ProtoError::Failed {
-                    status: WcStatus::LocProtErr,
-                    what: "registering a matched send on the new path",
-                };
-                self.fail(e.clone());
-                return Err(e);
+                return Err(self.key_refused("registering a matched send on the new path"));
             }
         }
         Ok(replay)
+    }
+
+    /// The new path refused a send's buffer (`what` failed): the connection fails, saying so.
+    fn key_refused(&mut self, what: &'static str) -> ProtoError {
+        let e = ProtoError::Failed {
+            status: WcStatus::LocProtErr,
+            what,
+        };
+        self.fail(e.clone());
+        e
     }
 
     /// Apply one completion of this connection's active path.
@@ -468,10 +477,7 @@ impl SendSide {
                     g.acked = true;
                     return;
                 }
-                g.state = GroupState::Done;
-                if g.live == 0 {
-                    g.state = GroupState::Free;
-                }
+                g.complete();
             }
         }
     }

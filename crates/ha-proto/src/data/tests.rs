@@ -132,13 +132,13 @@ fn a_single_receive_gets_one_operation_and_its_size_from_the_byte_count() {
         (0..RECORD_WORDS).all(|i| w.records.load(b.slot() * RECORD_WORDS + i) == 0),
         "no record was written"
     );
-    r.on_completion(&c, &w.records);
+    assert_eq!(r.on_completion(&c, &w.records), None);
     assert_eq!(r.test(rid).unwrap(), Some(vec![60]));
     assert!(w.mem[&0x1000][..60].iter().all(|&x| x == 0xab));
     s.on_completion(&send_completion(&b, WcStatus::Success));
     assert_eq!(s.test(sid).unwrap(), Some(60));
     // A replayed fast immediate of a receive already delivered is a duplicate.
-    r.on_completion(&c, &w.records);
+    assert_eq!(r.on_completion(&c, &w.records), None);
     assert_eq!(r.duplicates(), 1);
 
     // More bytes than the buffer holds in a fast immediate, and no bytes at all (a device that
@@ -150,7 +150,7 @@ fn a_single_receive_gets_one_operation_and_its_size_from_the_byte_count() {
             byte_len,
             ..w.deliver_batch(&b, &src)
         };
-        r.on_completion(&c, &w.records);
+        assert_eq!(r.on_completion(&c, &w.records), None);
         assert!(matches!(r.test(rid), Err(ProtoError::CorruptRecord { .. })));
     }
 
@@ -216,7 +216,7 @@ fn multi_recv_matches_tags_in_any_order_and_completes_together() {
     assert_eq!(s.test(sids[0].0).unwrap(), None);
     assert_eq!(r.test(rid).unwrap(), None);
     let c = w.deliver_batch(&batch, &src);
-    r.on_completion(&c, &w.records);
+    assert_eq!(r.on_completion(&c, &w.records), None);
     assert_eq!(r.test(rid).unwrap(), Some(vec![60, 61, 62, 63]));
     for (i, &t) in tags.iter().enumerate() {
         let buf = &w.mem[&bufs[i].addr];
@@ -252,7 +252,7 @@ fn oversized_send_fails_both_requests_and_writes_nothing() {
         Err(ProtoError::Truncated { send: 32, recv: 16 })
     );
     let c = w.deliver_batch(&batch, &src);
-    r.on_completion(&c, &w.records);
+    assert_eq!(r.on_completion(&c, &w.records), None);
     assert_eq!(r.test(rid), Err(ProtoError::PeerTruncated));
     assert_eq!(w.mem[&0x1000], vec![7; 16], "receive buffer untouched");
     // The connection goes on: the next exchange works.
@@ -262,7 +262,7 @@ fn oversized_send_fails_both_requests_and_writes_nothing() {
     let src = HashMap::from([(0x2000u64, vec![5u8; 16])]);
     let (sid2, b2) = s.isend(&w.fifo, args(0x2000, 16, 1)).unwrap().unwrap();
     let c = w.deliver_batch(b2.as_ref().unwrap(), &src);
-    r.on_completion(&c, &w.records);
+    assert_eq!(r.on_completion(&c, &w.records), None);
     s.on_completion(&send_completion(b2.as_ref().unwrap(), WcStatus::Success));
     assert_eq!(r.test(rid2).unwrap(), Some(vec![16]));
     assert_eq!(s.test(sid2).unwrap(), Some(16));
@@ -292,11 +292,11 @@ fn duplicate_completion_is_dropped_and_counted() {
     let src = HashMap::from([(0x2000u64, vec![3u8; 8])]);
     let (_, b) = s.isend(&w.fifo, args(0x2000, 8, 0)).unwrap().unwrap();
     let c = w.deliver_batch(b.as_ref().unwrap(), &src);
-    r.on_completion(&c, &w.records);
-    r.on_completion(&c, &w.records); // replayed immediate
+    assert_eq!(r.on_completion(&c, &w.records), None);
+    assert_eq!(r.on_completion(&c, &w.records), None); // replayed immediate
     assert_eq!(r.duplicates(), 1);
     assert_eq!(r.test(rid).unwrap(), Some(vec![8]));
-    r.on_completion(&c, &w.records); // after the request was returned
+    assert_eq!(r.on_completion(&c, &w.records), None); // after the request was returned
     assert_eq!(r.duplicates(), 2);
 }
 
@@ -325,7 +325,7 @@ fn error_completion_fails_the_tested_request_and_later_calls() {
         status: WcStatus::WrFlushErr,
         ..recv_completion(1)
     };
-    r.on_completion(&flush, &w.records);
+    assert_eq!(r.on_completion(&flush, &w.records), None);
     assert!(matches!(r.test(rid), Err(ProtoError::Failed { .. })));
     assert!(r.post(&[entry(0x1000, 8, 0)]).is_err());
 }
@@ -336,7 +336,7 @@ fn corrupt_record_is_detected() {
     let mut r = RecvSide::new();
     let (rid, _) = r.post(&[entry(0x1000, 8, 0)]).unwrap().unwrap();
     // Record slot 1 still holds zeros: seq mismatch.
-    r.on_completion(&recv_completion(1), &w.records);
+    assert_eq!(r.on_completion(&recv_completion(1), &w.records), None);
     assert!(matches!(r.test(rid), Err(ProtoError::CorruptRecord { .. })));
 }
 
@@ -398,7 +398,7 @@ proptest! {
             }
             let batch = batch.unwrap();
             let c = w.deliver_batch(&batch, &src);
-            r.on_completion(&c, &w.records);
+            assert_eq!(r.on_completion(&c, &w.records), None);
             let sizes = r.test(rid).unwrap().unwrap();
             for &i in &order {
                 let size = (base + i as u64 * 7) % 65;

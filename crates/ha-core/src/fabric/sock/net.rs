@@ -127,6 +127,10 @@ pub struct TcpSample {
     pub zero_window: bool,
     /// Bytes written to the stream and not sent yet.
     pub unsent: u32,
+    /// Whether TCP could send more now: its congestion window is not full and the peer's
+    /// window has room for another segment beyond one in flight (`false` where the kernel does
+    /// not say).
+    pub room: bool,
     /// The kernel's smoothed round-trip time and its variation.
     pub rtt: Duration,
     pub rttvar: Duration,
@@ -157,9 +161,12 @@ impl TcpSample {
     /// nothing after it can be acknowledged before TCP resends it (no duplicate ACKs; the
     /// tail-loss probe waits about as long), so a live but lossy link is silent that long
     /// ([`TcpSample::lone_wait`] says how long, so that the caller can put a second segment
-    /// behind it). Data behind it that TCP did not send gets no such allowance: an open window
-    /// and a free congestion window mean the device took nothing (a link down at this end,
-    /// measured: 214–451 ms to find it with the allowance, 1 KiB all_reduce on the H100).
+    /// behind it). Data behind it that TCP did not send although it could (its congestion
+    /// window not full, the peer's window with room: [`TcpSample::room`]) gets no such
+    /// allowance: the device took nothing (a link down at this end, measured: 214–451 ms to
+    /// find it with the allowance, 1 KiB all_reduce on the H100). After a timeout TCP's
+    /// congestion window is one segment, and a slow reader's window may have no room: both
+    /// keep the allowance.
     /// Zero when nothing waits (a closed window is the peer's choice, not silence).
     pub fn silence(&self) -> Duration {
         let waiting =
@@ -185,7 +192,7 @@ impl TcpSample {
     }
 
     fn lone(&self) -> bool {
-        self.unacked == 1 && (self.unsent == 0 || self.zero_window)
+        self.unacked == 1 && (self.unsent == 0 || self.zero_window || !self.room)
     }
 
     /// Smoothed RTT + 4 × its variation.
@@ -223,6 +230,9 @@ pub fn tcp_sample(fd: RawFd) -> io::Result<TcpSample> {
         since_ack: Duration::from_millis(u64::from(info.tcpi_last_ack_recv)),
         zero_window: !full || info.tcpi_snd_wnd == 0,
         unsent: info.tcpi_notsent_bytes,
+        room: full
+            && info.tcpi_snd_cwnd > info.tcpi_unacked
+            && info.tcpi_snd_wnd >= info.tcpi_snd_mss.saturating_mul(2),
         rtt: Duration::from_micros(u64::from(info.tcpi_rtt)),
         rttvar: Duration::from_micros(u64::from(info.tcpi_rttvar)),
         rto: Duration::from_micros(u64::from(info.tcpi_rto)),

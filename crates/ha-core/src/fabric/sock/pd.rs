@@ -13,6 +13,7 @@ use crate::fabric::{
     Access, CompletionQueue, Doorbell, FabricError, MemoryRegion, ProtectionDomain, QpCaps,
     QueuePair, Result,
 };
+use ha_proto::data::layout::SharedWords;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -41,6 +42,50 @@ impl ProtectionDomain for SockPd {
     }
     fn device(&self) -> usize {
         self.core.shared.dev
+    }
+    /// Host memory always: checked against the key table, the registration pinned (a
+    /// deregistration waits) while the bytes are copied.
+    fn copy_into(
+        &self,
+        lkey: u32,
+        addr: usize,
+        src: &SharedWords,
+        from: usize,
+        len: usize,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let refuse = |what: &str| {
+            Err(FabricError::InvalidArgument(format!(
+                "sock: copy of {len} bytes to {addr:#x} (key {lkey:#x}): {what}"
+            )))
+        };
+        if from
+            .checked_add(len)
+            .is_none_or(|end| end > src.len_bytes())
+        {
+            return refuse("the source lies outside its words");
+        }
+        let Some(e) = self.core.shared.mrs.get(lkey) else {
+            return refuse("no such registration");
+        };
+        if !e.contains(addr as u64, len as u64) || !e.access.contains(Access::LOCAL_WRITE) {
+            return refuse("outside the registration, or not writable");
+        }
+        let Some(_pin) = e.pin() else {
+            return refuse("the registration is being removed");
+        };
+        // SAFETY: the destination lies inside a registration of this domain (checked above),
+        // host memory its owner keeps valid until the registration is dropped, which waits
+        // for the pin held here; the source lies inside `src` (checked above), memory the
+        // caller owns, whose bytes were placed before the completion that led here was polled.
+        // The two never overlap: `src` is the plugin's own allocation, never registered by
+        // NCCL.
+        unsafe {
+            std::ptr::copy_nonoverlapping((src.addr() + from) as *const u8, addr as *mut u8, len);
+        }
+        Ok(())
     }
     fn reg_mr(&self, addr: usize, len: usize, access: Access) -> Result<Box<dyn MemoryRegion>> {
         if len == 0 {

@@ -7,8 +7,9 @@
 //! (`PeerTruncated`, `TagMismatch`) and the send completes, as with NCCL's Socket transport.
 //! An eager send completes once its write is acknowledged **and** its receive's clear-to-send
 //! (or a later one in the same FIFO slot: the receiver took it and posted again) was seen —
-//! only the clear-to-send's last word is read, which the receiver may overwrite at any time
-//! once it took the send (its entries could be read torn).
+//! only the clear-to-send's sequence number (and epoch) is read, never its entries, which the
+//! receiver may overwrite at any time once it took the send (they could be read torn; a torn
+//! sequence number or epoch only reads as an older one or none: the send waits a poll more).
 
 use super::super::layout::{
     cts_seq, eager_slot_offset, wr_id, EagerHeader, SharedWords, WrKind, EAGER_HEADER_BYTES,
@@ -16,7 +17,6 @@ use super::super::layout::{
 };
 use super::SendSide;
 use super::{DataWrite, EagerCfg, GroupState, ProtoError, ReqId, SendArgs, SendBatch, SendReq};
-use crate::rc::WcStatus;
 
 impl SendSide {
     /// Send `a` as sequence number `seq` without its clear-to-send, when eager sends are on,
@@ -84,11 +84,7 @@ impl SendSide {
             g.awaiting_cts = false;
             self.awaiting -= 1;
             if g.acked {
-                g.state = if g.live == 0 {
-                    GroupState::Free
-                } else {
-                    GroupState::Done
-                };
+                g.complete();
             }
         }
     }
@@ -114,14 +110,7 @@ impl SendSide {
         if a.size > 0 {
             match lkey(i, 0, a.addr, a.size) {
                 Some(key) => a.lkey = key,
-                None => {
-                    let e = ProtoError::Failed {
-                        status: WcStatus::LocProtErr,
-                        what: "registering a replayed send on the new path",
-                    };
-                    self.fail(e.clone());
-                    return Err(e);
-                }
+                None => return Err(self.key_refused("registering a replayed send on the new path")),
             }
         }
         Ok(eager_batch(cfg, g.seq, &a))

@@ -317,6 +317,16 @@ impl ProtectionDomain for CtlPd {
     fn id(&self) -> u64 {
         self.inner.id()
     }
+    fn copy_into(
+        &self,
+        lkey: u32,
+        addr: usize,
+        src: &ha_proto::data::layout::SharedWords,
+        from: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.inner.copy_into(lkey, addr, src, from, len)
+    }
     fn device(&self) -> usize {
         self.inner.device()
     }
