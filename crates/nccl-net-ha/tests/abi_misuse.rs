@@ -974,12 +974,23 @@ static CASES: &[Case] = &[
     },
     Case {
         entry: "irecv",
-        misuse: "n = 9 > maxRecvs (8)",
+        misuse: "n = 9 > 8 (the most any `irecv` takes, whatever `maxRecvs` says)",
         code: INVAL,
         log: "NET/HA irecv: irecv of 9 buffers (1..=8 supported)",
         run: |p| {
             with_pair(p, |pair| {
                 raw_irecv(p, pair.r(), pair, 9, 8, &mut null_mut())
+            })
+        },
+    },
+    Case {
+        entry: "irecv",
+        misuse: "n = 2 > maxRecvs (1 on `sock` with eager sends, `HA_NCCL_SOCK_EAGER`)",
+        code: USAGE,
+        log: "NET/HA irecv: irecv of 2 buffers on a connection with eager sends (HA_NCCL_SOCK_EAGER)",
+        run: |p| {
+            with_pair(p, |pair| {
+                raw_irecv(p, pair.r(), pair, 2, 8, &mut null_mut())
             })
         },
     },
