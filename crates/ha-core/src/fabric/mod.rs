@@ -296,15 +296,6 @@ pub trait QueuePair: Send + Sync {
     fn link_silence(&self) -> Option<std::time::Duration> {
         None
     }
-    /// How long a single segment, alone in flight, has waited for its acknowledgement beyond
-    /// the link's round trip (`sock`: what [`QueuePair::link_silence`] does not count before
-    /// TCP's retransmission timeout, since a live link that lost it stays silent that long).
-    /// The transport then writes a second one behind it (a probe): a live peer's kernel
-    /// acknowledges that at once, out of order; a dead link leaves both unanswered, and the
-    /// allowance no longer applies. `None`: not that case, or the fabric cannot tell.
-    fn link_lone_wait(&self) -> Option<std::time::Duration> {
-        None
-    }
     /// Whether [`QueuePair::link_silence`] says anything here (without asking it, which may
     /// cost a system call). Where it does not, the transport sends beats of its own.
     fn reports_link_silence(&self) -> bool {

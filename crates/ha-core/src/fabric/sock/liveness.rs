@@ -114,7 +114,6 @@ mod tests {
             since_ack: Duration::from_millis(since_ack_ms),
             zero_window: true,
             unsent: 0,
-            room: false,
             rtt: Duration::from_micros(50),
             rttvar: Duration::from_micros(10),
             rto: Duration::from_millis(200),
@@ -273,26 +272,6 @@ mod tests {
         // timeout (200 ms here): until then a lossy link is silent, not dead.
         assert_eq!(open(1, 0, 150).silence(), Duration::ZERO);
         assert_eq!(open(1, 0, 240).silence(), ms(40));
-        // ... which the caller learns, to put a second segment behind it.
-        assert_eq!(open(1, 0, 150).lone_wait(), Some(ms(150) - us(90)));
-        assert_eq!(open(3, 0, 150).lone_wait(), None);
-        // One segment in flight and data behind it that TCP did not send although it could:
-        // the device took nothing (a link down at this end), no allowance.
-        let behind = TcpSample {
-            unsent: 1024,
-            room: true,
-            ..open(1, 0, 60)
-        };
-        assert_eq!(behind.silence(), ms(60) - us(90));
-        assert_eq!(behind.lone_wait(), None);
-        // ... but TCP could not (a congestion window of one after a timeout, or no room in the
-        // peer's window): the allowance stays.
-        let stuck_cwnd = TcpSample {
-            room: false,
-            ..behind
-        };
-        assert_eq!(stuck_cwnd.silence(), Duration::ZERO);
-        assert_eq!(stuck_cwnd.lone_wait(), Some(ms(60) - us(90)));
         // A long, jittery link (40 ms +- 10 ms): an acknowledgement 60 ms late is no silence
         // yet; 200 ms is 80 ms of it.
         let far = |since| TcpSample {

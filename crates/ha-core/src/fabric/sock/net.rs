@@ -127,10 +127,6 @@ pub struct TcpSample {
     pub zero_window: bool,
     /// Bytes written to the stream and not sent yet.
     pub unsent: u32,
-    /// Whether TCP could send more now: its congestion window is not full and the peer's
-    /// window has room for another segment beyond one in flight (`false` where the kernel does
-    /// not say).
-    pub room: bool,
     /// The kernel's smoothed round-trip time and its variation.
     pub rtt: Duration,
     pub rttvar: Duration,
@@ -156,48 +152,25 @@ impl TcpSample {
     /// open, data TCP could send and did not (a device without carrier drops what TCP hands
     /// it: nothing counts as in flight, TCP probes, the bytes stay unsent) — less what the
     /// link's own round trip explains (smoothed RTT + 4 × its variation): on a long or jittery
-    /// link an acknowledgement is simply later. With a single segment in flight and nothing
-    /// behind it, less TCP's retransmission timeout instead: if that one segment is lost,
-    /// nothing after it can be acknowledged before TCP resends it (no duplicate ACKs; the
-    /// tail-loss probe waits about as long), so a live but lossy link is silent that long
-    /// ([`TcpSample::lone_wait`] says how long, so that the caller can put a second segment
-    /// behind it). Data behind it that TCP did not send although it could (its congestion
-    /// window not full, the peer's window with room: [`TcpSample::room`]) gets no such
-    /// allowance: the device took nothing (a link down at this end, measured: 214–451 ms to
-    /// find it with the allowance, 1 KiB all_reduce on the H100). After a timeout TCP's
-    /// congestion window is one segment, and a slow reader's window may have no room: both
-    /// keep the allowance.
-    /// Zero when nothing waits (a closed window is the peer's choice, not silence).
+    /// link an acknowledgement is simply later. With a single segment in flight, less TCP's
+    /// retransmission timeout instead: if that one segment is lost, nothing after it can be
+    /// acknowledged before TCP resends it (no duplicate ACKs; the tail-loss probe waits about
+    /// as long), so a live but lossy link is silent that long. Zero when nothing waits (a closed
+    /// window is the peer's choice, not silence).
     pub fn silence(&self) -> Duration {
         let waiting =
             self.unacked > 0 || (!self.zero_window && (self.probes > 0 || self.unsent > 0));
-        let allowed = if self.lone() {
-            self.round_trip().max(self.rto)
+        let round_trip = self.rtt + self.rttvar * 4;
+        let allowed = if self.unacked == 1 {
+            round_trip.max(self.rto)
         } else {
-            self.round_trip()
+            round_trip
         };
         if waiting {
             self.since_ack.saturating_sub(allowed)
         } else {
             Duration::ZERO
         }
-    }
-
-    /// A single segment in flight and nothing behind it: how long it has waited beyond the
-    /// link's round trip (what [`TcpSample::silence`] does not count yet, up to TCP's
-    /// retransmission timeout). `None` otherwise.
-    pub fn lone_wait(&self) -> Option<Duration> {
-        self.lone()
-            .then(|| self.since_ack.saturating_sub(self.round_trip()))
-    }
-
-    fn lone(&self) -> bool {
-        self.unacked == 1 && (self.unsent == 0 || self.zero_window || !self.room)
-    }
-
-    /// Smoothed RTT + 4 × its variation.
-    fn round_trip(&self) -> Duration {
-        self.rtt + self.rttvar * 4
     }
 }
 
@@ -230,9 +203,6 @@ pub fn tcp_sample(fd: RawFd) -> io::Result<TcpSample> {
         since_ack: Duration::from_millis(u64::from(info.tcpi_last_ack_recv)),
         zero_window: !full || info.tcpi_snd_wnd == 0,
         unsent: info.tcpi_notsent_bytes,
-        room: full
-            && info.tcpi_snd_cwnd > info.tcpi_unacked
-            && info.tcpi_snd_wnd >= info.tcpi_snd_mss.saturating_mul(2),
         rtt: Duration::from_micros(u64::from(info.tcpi_rtt)),
         rttvar: Duration::from_micros(u64::from(info.tcpi_rttvar)),
         rto: Duration::from_micros(u64::from(info.tcpi_rto)),

@@ -160,13 +160,6 @@ pub fn inline_stats() -> (u64, u64) {
 }
 
 impl SockQp {
-    /// `TCP_INFO` of the outbound stream, if connected.
-    fn sample(&self) -> Option<net::TcpSample> {
-        // Under `ctl`, so the stream cannot be closed (and its descriptor reused) meanwhile.
-        let ctl = self.shared.ctl.lock();
-        net::tcp_sample(ctl.out_sock.as_ref()?.as_raw_fd()).ok()
-    }
-
     /// The stream's write right and the frames of the newly posted WRs, if the stream is
     /// connected and nobody writes it now (never waits: the sender thread takes `tx` before
     /// `sq`).
@@ -378,11 +371,11 @@ impl QueuePair for SockQp {
     }
 
     fn link_silence(&self) -> Option<std::time::Duration> {
-        self.sample().map(|s| s.silence())
-    }
-
-    fn link_lone_wait(&self) -> Option<std::time::Duration> {
-        self.sample()?.lone_wait()
+        // Under `ctl`, so the stream cannot be closed (and its descriptor reused) meanwhile.
+        let ctl = self.shared.ctl.lock();
+        net::tcp_sample(ctl.out_sock.as_ref()?.as_raw_fd())
+            .ok()
+            .map(|s| s.silence())
     }
 
     fn post_recv(&self, wr_id: u64) -> Result<()> {

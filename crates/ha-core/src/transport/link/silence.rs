@@ -32,12 +32,6 @@
 //!    all since the suspicion began, traffic moves: the ordinary fenced failover (nothing
 //!    lost, nothing doubled).
 //!
-//! On `sock`, one segment alone in flight is not counted as silence before TCP's
-//! retransmission timeout (a live link that lost it stays silent that long); once it has waited
-//! the window, a probe goes behind it, which a live peer's kernel acknowledges at once (out of
-//! order) and a dead link does not: the silence then counts at once (before, a link cut under a
-//! 1 KiB all_reduce was found after 214–451 ms, TCP's timeout and its first back-off).
-//!
 //! A stopped peer answers on neither path: nothing moves, and when it runs again both paths
 //! answer together (the active link's acknowledgement ends the suspicion within the margin).
 //! A failover that proves false (the old path re-arms at once) widens the window with the
@@ -135,11 +129,6 @@ impl Link {
             return Event::Nothing;
         }
         self.silence.next_sample = now.checked_add((window / 16).max(Duration::from_millis(1)));
-        if !beats {
-            if let Err(ev) = self.second_segment(a, now, window) {
-                return ev;
-            }
-        }
         let quiet = if beats {
             self.path(a).unanswered(now, MAX_AHEAD)
         } else {
@@ -190,32 +179,6 @@ impl Link {
             // The probe completed before the suspicion (or not at all): ask again.
             None => self.ask(to),
         }
-    }
-
-    /// A single segment alone in flight on the active link for the window
-    /// (`QueuePair::link_lone_wait`), which the link's silence does not count before TCP's
-    /// retransmission timeout (a live link that lost it is silent that long: 200–450 ms):
-    /// write a probe behind it, at most once per window. A live peer's kernel acknowledges
-    /// the second segment at once (out of order), which ends the wait; on a dead link both
-    /// stay unanswered and the silence counts from the next sample on.
-    fn second_segment(&mut self, a: usize, now: Instant, window: Duration) -> Result<(), Event> {
-        let addr = self.peer_addr;
-        let p = self.path_mut(a);
-        if !p.probe_due(now, window) || p.qp.link_lone_wait().is_none_or(|w| w < window) {
-            return Ok(());
-        }
-        if let Err(e) = p.probe(addr) {
-            return Err(self.path_error(
-                a,
-                crate::fabric::WcStatus::LocQpOpErr,
-                format!("probe behind a lone segment: {e}"),
-            ));
-        }
-        tracing::debug!(
-            "NET/HA : {}: path {a}: one segment unanswered for the window: a probe behind it",
-            self.name
-        );
-        Ok(())
     }
 
     /// Where the fabric says nothing of its link (`verbs`): a beat — a zero-length write, which

@@ -83,28 +83,9 @@ pub struct Ctl {
     /// Devices whose link acknowledges nothing since then (`link_silence`), as seen from
     /// this end; the queue pairs still carry what they are given.
     silent: Mutex<HashMap<usize, Instant>>,
-    /// Devices whose link has a single segment unanswered since then (`link_lone_wait`).
-    lone: Mutex<HashMap<usize, Instant>>,
-    /// Probes (zero-length writes) posted, by device.
-    probes: Mutex<HashMap<usize, u64>>,
 }
 
 impl Ctl {
-    /// From now on (`true`) device `dev`'s queue pairs report one segment alone in flight,
-    /// unanswered since now (`link_lone_wait`), or (`false`) no longer.
-    pub fn lone(&self, dev: usize, on: bool) {
-        if on {
-            self.lone.lock().insert(dev, Instant::now());
-        } else {
-            self.lone.lock().remove(&dev);
-        }
-    }
-
-    /// Probes posted on device `dev`'s queue pairs so far.
-    pub fn probes_on(&self, dev: usize) -> u64 {
-        self.probes.lock().get(&dev).copied().unwrap_or(0)
-    }
-
     /// From now on queue pairs cannot tell whether their link answers (as on verbs), so a
     /// stall is judged by the soft timeout alone.
     pub fn hide_link_state(&self) {

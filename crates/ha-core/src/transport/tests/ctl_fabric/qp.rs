@@ -95,9 +95,6 @@ impl QueuePair for CtlQp {
         }
         for w in wrs {
             let (kind, _, index) = ha_proto::data::layout::decode_wr_id(w.wr_id);
-            if kind == Some(ha_proto::data::layout::WrKind::Probe) {
-                *self.ctl.probes.lock().entry(self.dev).or_default() += 1;
-            }
             if kind == Some(ha_proto::data::layout::WrKind::Record) && index == 1 {
                 self.ctl.fast_writes.fetch_add(1, Ordering::Relaxed);
                 if w.inline {
@@ -167,15 +164,6 @@ impl QueuePair for CtlQp {
     }
     fn reports_link_silence(&self) -> bool {
         !self.ctl.hide_link.load(Ordering::Relaxed)
-    }
-    fn link_lone_wait(&self) -> Option<std::time::Duration> {
-        if self.ctl.hide_link.load(Ordering::Relaxed) {
-            return None;
-        }
-        if let Some(t) = self.ctl.lone.lock().get(&self.dev) {
-            return Some(t.elapsed());
-        }
-        self.inner.link_lone_wait()
     }
     fn link_silence(&self) -> Option<std::time::Duration> {
         if self.ctl.hide_link.load(Ordering::Relaxed) {
