@@ -36,8 +36,6 @@ pub struct RecvComm {
     slot_mrs: Vec<Vec<Arc<MrHandle>>>,
     /// GPU flushes (`iflush`) and their loopback queue pairs.
     pub(crate) flushes: Flushes,
-    /// This side offered an eager ring: one buffer per receive.
-    eager: bool,
 }
 
 impl RecvComm {
@@ -51,7 +49,6 @@ impl RecvComm {
             machine,
             slot_mrs: vec![Vec::new(); FIFO_DEPTH],
             flushes: Flushes::new(),
-            eager,
         }
     }
 
@@ -94,7 +91,7 @@ impl RecvComm {
         if !matches!(self.link.phase, Phase::Normal) {
             return Ok(None);
         }
-        if self.eager && bufs.len() > 1 {
+        if self.machine.eager() && bufs.len() > 1 {
             return Err(Error::Usage(format!(
                 "irecv of {} buffers on a connection with eager sends (HA_NCCL_SOCK_EAGER): the device advertises one buffer per receive (maxRecvs 1); set HA_NCCL_SOCK_EAGER=0 for grouped receives",
                 bufs.len()

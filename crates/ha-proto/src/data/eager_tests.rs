@@ -5,7 +5,7 @@
 //! requests by kind; a send the receiver did not get is replayed into its slot after a switch.
 
 use super::layout::*;
-use super::recv::{EagerCopy, RecvSide};
+use super::recv::{EagerCopy, RecvPost, RecvSide};
 use super::send::{EagerCfg, SendArgs, SendBatch, SendSide};
 use super::{ProtoError, ReqId};
 use crate::rc::{Completion, WcOpcode, WcStatus};
@@ -46,18 +46,8 @@ fn primed(max: u64, tag: i32, cap: u64) -> Ends {
         e.send(1, 8, tag).is_none(),
         "a first send waits for its clear-to-send"
     );
-    let addr = 0x1100;
-    e.mem.insert(addr, vec![0; cap as usize]);
-    let entry = CtsEntry {
-        addr,
-        size: cap,
-        rkey: 2,
-        tag,
-    };
-    let (rid, p) = e.r.post(&[entry]).unwrap().unwrap();
-    for (i, w) in p.cts.iter().enumerate() {
-        e.fifo.store(p.fifo_word + i, *w);
-    }
+    let (rid, p) = e.post(1, cap, tag);
+    e.land_cts(&p);
     let (sid, b) = e.send(1, 8, tag).expect("its clear-to-send is there");
     assert!(b.eager.is_none() && b.fast);
     e.land(&b);
@@ -114,15 +104,7 @@ impl Ends {
             let w = &b.writes[0];
             let bytes = payload(w.local_addr >> 16, w.len as usize);
             self.mem.get_mut(&w.remote_addr).unwrap()[..bytes.len()].copy_from_slice(&bytes);
-            let c = Completion {
-                wr_id: wr_id(WrKind::Recv, b.seq, 0),
-                qp_num: 1,
-                status: WcStatus::Success,
-                opcode: WcOpcode::RecvRdmaWithImm,
-                byte_len: w.len as u32,
-                imm: Some(b.imm()),
-            };
-            return self.r.on_completion(&c, &self.region);
+            return self.arrive(b, w.len as u32);
         };
         for w in &b.writes {
             let bytes = payload(w.local_addr >> 16, w.len as usize);
@@ -137,12 +119,17 @@ impl Ends {
         for (i, w) in b.record[..EagerHeader::WORDS].iter().enumerate() {
             self.region.store((at - REGION) as usize / 8 + i, *w);
         }
+        self.arrive(b, 16)
+    }
+
+    /// The receiver's completion of batch `b`'s WRITE_WITH_IMM (`byte_len` bytes).
+    fn arrive(&mut self, b: &SendBatch, byte_len: u32) -> Option<EagerCopy> {
         let c = Completion {
             wr_id: wr_id(WrKind::Recv, b.seq, 0),
             qp_num: 1,
             status: WcStatus::Success,
             opcode: WcOpcode::RecvRdmaWithImm,
-            byte_len: 16,
+            byte_len,
             imm: Some(b.imm()),
         };
         self.r.on_completion(&c, &self.region)
@@ -156,9 +143,9 @@ impl Ends {
         self.mem.get_mut(&c.to).unwrap()[..c.len].copy_from_slice(&bytes);
     }
 
-    /// Post a receive of `cap` bytes (tag `tag`) for `seq`, its clear-to-send landing in the
-    /// sender's FIFO; the copy it makes; the receive's outcome.
-    fn recv(&mut self, seq: u64, cap: u64, tag: i32) -> Result<Option<Vec<u64>>, ProtoError> {
+    /// Post a receive of `cap` bytes (tag `tag`) for `seq` into a buffer at `0x1000 + seq *
+    /// 0x100`, making the copy it gives; its clear-to-send not landed yet.
+    fn post(&mut self, seq: u64, cap: u64, tag: i32) -> (ReqId, RecvPost) {
         let addr = 0x1000 + seq * 0x100;
         self.mem.insert(addr, vec![0; cap as usize]);
         let e = CtsEntry {
@@ -169,10 +156,21 @@ impl Ends {
         };
         let (id, p) = self.r.post(&[e]).unwrap().unwrap();
         assert_eq!(p.seq, seq);
+        self.copy(p.copy);
+        (id, p)
+    }
+
+    /// The clear-to-send of `p` lands in the sender's FIFO.
+    fn land_cts(&mut self, p: &RecvPost) {
         for (i, w) in p.cts.iter().enumerate() {
             self.fifo.store(p.fifo_word + i, *w);
         }
-        self.copy(p.copy);
+    }
+
+    /// [`Ends::post`] with the clear-to-send landed; the receive's outcome.
+    fn recv(&mut self, seq: u64, cap: u64, tag: i32) -> Result<Option<Vec<u64>>, ProtoError> {
+        let (id, p) = self.post(seq, cap, tag);
+        self.land_cts(&p);
         self.r.test(id)
     }
 }
@@ -215,23 +213,14 @@ fn a_small_send_goes_before_its_clear_to_send_and_completes_once_matched() {
     // too and completes the receive when it lands; the send completes once both its
     // clear-to-send and its acknowledgement arrived.
     let addr = 0x1300;
-    e.mem.insert(addr, vec![0; 64]);
-    let entry = CtsEntry {
-        addr,
-        size: 64,
-        rkey: 2,
-        tag: 5,
-    };
-    let (rid, cts) = e.r.post(&[entry]).unwrap().unwrap();
+    let (rid, cts) = e.post(3, 64, 5);
     let (sid, b) = e.send(3, 64, 5).expect("eager");
     let c = e.land(&b);
     assert!(c.is_some(), "a posted receive gets its copy at once");
     e.copy(c);
     assert_eq!(e.r.test(rid).unwrap(), Some(vec![64]));
     assert_eq!(e.mem[&addr], payload(3, 64));
-    for (i, w) in cts.cts.iter().enumerate() {
-        e.fifo.store(cts.fifo_word + i, *w);
-    }
+    e.land_cts(&cts);
     assert_eq!(
         e.test_send(sid),
         Ok(None),

@@ -96,6 +96,11 @@ impl RecvSide {
         self.eager = true;
     }
 
+    /// Whether this side offered an eager ring (then it takes one buffer per receive).
+    pub fn eager(&self) -> bool {
+        self.eager
+    }
+
     pub fn failure(&self) -> Option<&ProtoError> {
         self.failed.as_ref()
     }

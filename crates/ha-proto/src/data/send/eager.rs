@@ -54,7 +54,8 @@ impl SendSide {
         g.seq = seq;
         g.state = GroupState::Posted;
         g.live = 1;
-        g.matched = vec![a];
+        g.matched.clear();
+        g.matched.push(a);
         g.eager = true;
         g.awaiting_cts = true;
         g.acked = false;
