@@ -125,6 +125,7 @@ fn build() -> ApiResult<Plugin> {
                     retry_timeout: cfg.sock_retry,
                     segment_bytes: cfg.sock_segment,
                     inline_bytes: cfg.sock_inline,
+                    spin: cfg.sock_spin,
                     limits: crate::fabric::DeviceLimits {
                         max_qp: cfg.sock_max_qp,
                         max_cqe: cfg.sock_max_cqe,

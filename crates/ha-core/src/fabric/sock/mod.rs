@@ -13,8 +13,12 @@
 //! posting thread itself when the stream is free, without blocking: no hand-off to the sender
 //! thread. What the socket does not take at once is copied and left to the sender thread, which
 //! writes it before anything else (`TxState::tail`). Plain writes (clear-to-send entries,
-//! probes) stay with the sender thread, which batches them. Completion queues ring the
-//! engine's doorbell only once armed, so a completion wakes no thread while someone polls.
+//! probes) stay with the sender thread, which batches them. On the receiving end, after the
+//! second small message in a row the responder polls its stream (yielding the CPU between
+//! polls) for `HA_NCCL_SOCK_SPIN_US` before it blocks again, so the next step of a
+//! latency-bound collective finds a running thread instead of waking one; a large frame ends
+//! the polling. Completion queues ring the engine's doorbell only once armed, so a completion
+//! wakes no thread while someone polls.
 //!
 //! # Placement order guarantees (the transport relies on these)
 //! - WRs of one queue pair are placed at the responder in posting order; a WRITE's segments
@@ -130,6 +134,9 @@ pub struct SockConfig {
     /// A post ending a message (a WRITE_WITH_IMM) with at most this many payload bytes is
     /// written by the posting thread itself when the stream is free (0: never).
     pub inline_bytes: usize,
+    /// How long a reading thread keeps polling its stream after the last bytes arrived
+    /// before it blocks (zero: block at once).
+    pub spin: Duration,
     /// Device limits to emulate on every rail (default: none).
     pub limits: DeviceLimits,
 }
@@ -140,6 +147,8 @@ pub(crate) struct Tunables {
     pub retry_timeout: Duration,
     pub segment_bytes: usize,
     pub inline_bytes: usize,
+    /// [`SockConfig::spin`].
+    pub spin: Duration,
     /// Entries a completion queue holds at most (`None`: unbounded).
     pub max_cqe: Option<u32>,
 }
@@ -200,6 +209,7 @@ impl SockFabric {
                 retry_timeout: cfg.retry_timeout,
                 segment_bytes: cfg.segment_bytes,
                 inline_bytes: cfg.inline_bytes,
+                spin: cfg.spin,
                 max_cqe: cfg.limits.max_cqe,
             },
             slots,

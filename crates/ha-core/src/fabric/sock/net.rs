@@ -434,9 +434,25 @@ pub enum Recv {
 /// # Safety
 /// `dst` must be valid for writes of `len` bytes for the duration of the call.
 pub unsafe fn recv_into(fd: RawFd, dst: *mut u8, len: usize) -> io::Result<Recv> {
+    // SAFETY: forwarded caller guarantee.
+    unsafe { recv_flags(fd, dst, len, 0) }
+}
+
+/// [`recv_into`] that never blocks: `Recv::Idle` when nothing is buffered.
+///
+/// # Safety
+/// As [`recv_into`].
+pub unsafe fn recv_now(fd: RawFd, dst: *mut u8, len: usize) -> io::Result<Recv> {
+    // SAFETY: forwarded caller guarantee.
+    unsafe { recv_flags(fd, dst, len, libc::MSG_DONTWAIT) }
+}
+
+/// # Safety
+/// As [`recv_into`].
+unsafe fn recv_flags(fd: RawFd, dst: *mut u8, len: usize, flags: libc::c_int) -> io::Result<Recv> {
     loop {
         // SAFETY: the caller guarantees `dst..dst+len` is writable.
-        let r = unsafe { libc::recv(fd, dst as *mut libc::c_void, len, 0) };
+        let r = unsafe { libc::recv(fd, dst as *mut libc::c_void, len, flags) };
         if r > 0 {
             return Ok(Recv::Data(r as usize));
         }

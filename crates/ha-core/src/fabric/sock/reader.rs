@@ -41,21 +41,43 @@ pub struct FrameReader {
     start: usize,
     end: usize,
     last_rx: Instant,
+    /// How long a read polls without blocking after [`FrameReader::spin_a_while`] (zero:
+    /// never).
+    spin: Duration,
+    /// Until when reads poll instead of blocking.
+    spin_until: Option<Instant>,
     /// The last payload was large: read only what is needed for the next header, so the
     /// next large payload is not dragged through the buffer.
     lean: bool,
 }
 
 impl FrameReader {
-    pub fn new(fd: RawFd) -> FrameReader {
+    /// A reader of `fd`; for `spin` after each [`FrameReader::spin_a_while`] it polls the
+    /// stream instead of blocking in `recv` (so a message that follows soon is read by a
+    /// running thread, with no wake-up), otherwise it blocks with the stream's receive timeout.
+    pub fn new(fd: RawFd, spin: Duration) -> FrameReader {
         FrameReader {
             fd,
             buf: vec![0u8; BUF_BYTES].into_boxed_slice(),
             start: 0,
             end: 0,
             last_rx: Instant::now(),
+            spin,
+            spin_until: None,
             lean: false,
         }
+    }
+
+    /// Poll instead of blocking for the configured spin time from now (no-op when it is zero).
+    pub fn spin_a_while(&mut self) {
+        if !self.spin.is_zero() {
+            self.spin_until = Some(Instant::now() + self.spin);
+        }
+    }
+
+    /// Block again at the next read (a large frame keeps the stream busy by itself).
+    pub fn stop_spinning(&mut self) {
+        self.spin_until = None;
     }
 
     /// Bytes buffered and not consumed.
@@ -80,13 +102,29 @@ impl FrameReader {
         mid_frame: bool,
     ) -> Result<usize, Abort> {
         loop {
+            // Only between frames: inside one, the rest is on its way and a poll would only
+            // contend for the socket with the kernel delivering it.
+            let spinning = !mid_frame && self.spin_until.is_some_and(|t| Instant::now() < t);
             // SAFETY: forwarded caller guarantee.
-            match unsafe { net::recv_into(self.fd, dst, len) } {
+            let got = unsafe {
+                if spinning {
+                    net::recv_now(self.fd, dst, len)
+                } else {
+                    net::recv_into(self.fd, dst, len)
+                }
+            };
+            match got {
                 Ok(Recv::Data(n)) => {
                     self.last_rx = Instant::now();
                     return Ok(n);
                 }
                 Ok(Recv::Eof) => return Err(Abort::Eof),
+                Ok(Recv::Idle) if spinning => {
+                    if !w.alive() {
+                        return Err(Abort::Stop);
+                    }
+                    std::thread::yield_now();
+                }
                 Ok(Recv::Idle) => w.idle(self.last_rx.elapsed(), mid_frame)?,
                 Err(e) => return Err(Abort::Io(e)),
             }
@@ -177,5 +215,145 @@ impl FrameReader {
         }
         self.lean = lean;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    use std::sync::mpsc;
+
+    /// Records when the reader first went idle (a blocking `recv` timed out) and tells the
+    /// writer side, which sends only then.
+    struct FirstIdle {
+        t0: Instant,
+        at: Option<Duration>,
+        mid_frame: Option<bool>,
+        tell: mpsc::Sender<()>,
+    }
+
+    impl Watch for FirstIdle {
+        fn idle(&mut self, _idle: Duration, mid_frame: bool) -> Result<(), Abort> {
+            if self.at.is_none() {
+                self.at = Some(self.t0.elapsed());
+                self.mid_frame = Some(mid_frame);
+                let _ = self.tell.send(());
+            }
+            Ok(())
+        }
+        fn alive(&self) -> bool {
+            true
+        }
+    }
+
+    /// A connected pair: (reader side with a 2 ms receive timeout, writer side).
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let w = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (r, _) = l.accept().unwrap();
+        net::tune_stream(&r, Duration::from_millis(2)).unwrap();
+        (r, w)
+    }
+
+    /// Runs `read` on a reader of `r` while a thread writes `first` at once and `later` once
+    /// the reader went idle; returns the watch.
+    fn drive(
+        r: &TcpStream,
+        mut w: TcpStream,
+        spin: Duration,
+        arm: impl FnOnce(&mut FrameReader),
+        first: Vec<u8>,
+        later: Vec<u8>,
+        read: impl FnOnce(&mut FrameReader, &mut FirstIdle),
+    ) -> FirstIdle {
+        let (tell, idle) = mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            w.write_all(&first).unwrap();
+            idle.recv().unwrap();
+            w.write_all(&later).unwrap();
+            w
+        });
+        let mut rd = FrameReader::new(r.as_raw_fd(), spin);
+        arm(&mut rd);
+        let mut watch = FirstIdle {
+            t0: Instant::now(),
+            at: None,
+            mid_frame: None,
+            tell,
+        };
+        read(&mut rd, &mut watch);
+        drop(writer.join().unwrap());
+        watch
+    }
+
+    #[test]
+    fn an_armed_reader_polls_for_its_spin_time_then_blocks_and_still_reads() {
+        let (r, w) = pair();
+        let spin = Duration::from_millis(60);
+        let frame: Vec<u8> = (0..HEADER_LEN as u8).collect();
+        let watch = drive(
+            &r,
+            w,
+            spin,
+            FrameReader::spin_a_while,
+            vec![],
+            frame.clone(),
+            |rd, w| {
+                assert_eq!(rd.next_header(w).unwrap().to_vec(), frame);
+            },
+        );
+        // Blocking reads time out every 2 ms; while polling there is no timeout at all.
+        let at = watch.at.expect("the reader went idle once its spin ended");
+        assert!(at >= spin, "idle after {at:?}, inside the {spin:?} spin");
+        assert_eq!(watch.mid_frame, Some(false));
+    }
+
+    #[test]
+    fn a_stopped_or_unarmed_reader_blocks_at_once() {
+        let spin = Duration::from_secs(20);
+        let frame: Vec<u8> = (0..HEADER_LEN as u8).rev().collect();
+        for stop in [true, false] {
+            let (r, w) = pair();
+            let arm = |rd: &mut FrameReader| {
+                if stop {
+                    rd.spin_a_while();
+                    rd.stop_spinning();
+                }
+            };
+            let watch = drive(&r, w, spin, arm, vec![], frame.clone(), |rd, w| {
+                assert_eq!(rd.next_header(w).unwrap().to_vec(), frame);
+            });
+            let at = watch.at.expect("went idle");
+            assert!(at < spin / 2, "stop={stop}: idle only after {at:?}");
+        }
+    }
+
+    #[test]
+    fn an_armed_reader_blocks_inside_a_frame() {
+        let (r, w) = pair();
+        let spin = Duration::from_secs(20);
+        let mut first: Vec<u8> = vec![7; HEADER_LEN];
+        first.extend_from_slice(&[1, 2, 3]);
+        let watch = drive(
+            &r,
+            w,
+            spin,
+            FrameReader::spin_a_while,
+            first,
+            vec![4, 5, 6, 7, 8],
+            |rd, w| {
+                assert_eq!(rd.next_header(w).unwrap(), [7; HEADER_LEN]);
+                let mut payload = [0u8; 8];
+                // SAFETY: `payload` is 8 writable bytes.
+                unsafe { rd.read_payload(payload.as_mut_ptr(), payload.len(), w) }.unwrap();
+                assert_eq!(payload, [1, 2, 3, 4, 5, 6, 7, 8]);
+            },
+        );
+        assert_eq!(watch.mid_frame, Some(true), "idle only inside the frame");
+        let at = watch.at.expect("went idle");
+        assert!(at < spin / 2, "polled inside a frame for {at:?}");
     }
 }

@@ -412,7 +412,7 @@ struct ReadCtx {
 }
 
 fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
-    let mut rd = FrameReader::new(stream.as_raw_fd());
+    let mut rd = FrameReader::new(stream.as_raw_fd(), Duration::ZERO);
     let mut link = LinkWatch::new(qp.pd.tun.retry_timeout);
     let end = ack_loop(&qp, &mut rd, &mut link, stream.as_raw_fd());
     match end {

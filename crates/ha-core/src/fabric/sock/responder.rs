@@ -19,6 +19,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The second message in a row (the WRITEs up to and including a WRITE_WITH_IMM) of at most
+/// this many bytes makes the responder poll its stream for the spin time (`Tunables::spin`)
+/// before it blocks again; a larger frame ends the polling. Small messages in a row are a
+/// latency-bound collective's steps, where the next one comes within tens of microseconds;
+/// larger ones keep the stream busy by themselves, and a lone small one between them (NCCL's
+/// empty sends) is no reason to poll (measured: bench/results/2026-11-27-sock-responder-spin.md).
+/// 4 KiB (the largest eager payload) plus room for its header.
+const SPIN_AFTER_MAX: u64 = (4 << 10) + 64;
 /// Coalesced ACKs are sent at least every this many frames.
 const ACK_EVERY: u32 = 64;
 /// Keep-alive period while waiting for a receive. The responder does not read its stream
@@ -99,6 +107,12 @@ struct Responder<'a> {
     /// ACK not yet sent: (psn, ended a WR), and how many frames it covers.
     pending: Option<(u32, bool)>,
     pending_frames: u32,
+    /// Bytes of the WRITEs placed since the last WRITE_WITH_IMM: with its own, the size of
+    /// the message that immediate ends (a transport message is payload writes and then a
+    /// small record or header with the immediate).
+    msg_bytes: u64,
+    /// The last message was small too (see `SPIN_AFTER_MAX`).
+    last_small: bool,
 }
 
 /// Responder thread body.
@@ -119,12 +133,14 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     let mut r = Responder {
         qp: &qp,
         fd,
-        rd: FrameReader::new(fd),
+        rd: FrameReader::new(fd, qp.pd.tun.spin),
         link: LinkWatch::new(qp.pd.tun.retry_timeout),
         seq: RequestSeq::new(),
         cur: None,
         pending: None,
         pending_frames: 0,
+        msg_bytes: 0,
+        last_small: false,
     };
     let end = r.serve();
     match end {
@@ -245,6 +261,9 @@ impl Responder<'_> {
     /// Place payload bytes `[a, b)` of a WRITE (sequence checked by [`RequestSeq`]).
     fn on_write(&mut self, h: &Header, first: bool, a: u64, b: u64, last: bool) -> Result<(), End> {
         if first {
+            if h.total > SPIN_AFTER_MAX {
+                self.rd.stop_spinning();
+            }
             let mr = self.validate(h, Access::REMOTE_WRITE)?;
             let end = h.raddr + h.total; // no overflow: checked by decode
             let tail_start = if h.total >= 8 && end % 8 == 0 {
@@ -323,6 +342,7 @@ impl Responder<'_> {
         if last {
             let total = c.total;
             self.cur = None;
+            self.msg_bytes = self.msg_bytes.saturating_add(total);
             if h.has(flags::IMM) {
                 self.deliver_imm(h.imm, total)?;
             }
@@ -347,6 +367,13 @@ impl Responder<'_> {
             if let Some(id) = rq.pop_front() {
                 crate::fabric::stages::mark("sock_place", total);
                 qp.push_recv(id, WcStatus::Success, Some(imm), total as u32);
+                let small = self.msg_bytes <= SPIN_AFTER_MAX;
+                if small && self.last_small {
+                    crate::fabric::stages::mark("spin_arm", self.msg_bytes);
+                    self.rd.spin_a_while();
+                }
+                self.last_small = small;
+                self.msg_bytes = 0;
                 return Ok(());
             }
             if qp.rq_cv.wait_for(&mut rq, KEEPALIVE).timed_out() && !qp.dead() {

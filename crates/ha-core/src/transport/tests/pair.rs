@@ -51,6 +51,7 @@ pub fn sock() -> Arc<dyn Fabric> {
             retry_timeout: Duration::from_millis(300),
             segment_bytes: 1 << 20,
             inline_bytes: 4 << 10,
+            spin: Duration::from_micros(100),
             limits: Default::default(),
         })
         .unwrap(),

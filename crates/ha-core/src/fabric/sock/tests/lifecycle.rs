@@ -26,6 +26,7 @@ fn devices_config_and_endpoint() {
             retry_timeout: Duration::from_secs(1),
             segment_bytes: seg,
             inline_bytes: 64 << 10,
+            spin: Duration::from_micros(100),
             limits: Default::default(),
         })
     };

@@ -45,6 +45,7 @@ pub(super) fn fabric(retry: Duration, seg: usize) -> SockFabric {
         retry_timeout: retry,
         segment_bytes: seg,
         inline_bytes: 64 << 10,
+        spin: Duration::from_micros(100),
         limits: Default::default(),
     })
     .unwrap()
