@@ -134,8 +134,8 @@ pub struct SockConfig {
     /// A post ending a message (a WRITE_WITH_IMM) with at most this many payload bytes is
     /// written by the posting thread itself when the stream is free (0: never).
     pub inline_bytes: usize,
-    /// How long a reading thread keeps polling its stream after the last bytes arrived
-    /// before it blocks (zero: block at once).
+    /// How long the responder polls its stream after the second small message in a row
+    /// before it blocks again (zero: never polls; `HA_NCCL_SOCK_SPIN_US`).
     pub spin: Duration,
     /// Device limits to emulate on every rail (default: none).
     pub limits: DeviceLimits,

@@ -425,7 +425,8 @@ pub fn iov(ptr: *const u8, len: usize) -> libc::iovec {
 pub enum Recv {
     Data(usize),
     Eof,
-    /// The receive timeout expired with nothing read.
+    /// Nothing read: the receive timeout expired ([`recv_into`]) or nothing was buffered
+    /// ([`recv_now`]).
     Idle,
 }
 

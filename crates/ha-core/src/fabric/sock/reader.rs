@@ -27,10 +27,12 @@ pub enum Abort {
 
 /// Hooks a reader calls while it waits.
 pub trait Watch {
-    /// The receive timeout expired; `idle` is the time since the last byte arrived and
-    /// `mid_frame` whether a frame has been partly read. `Err` stops the reader.
+    /// A blocking receive timed out; `idle` is the time since the last byte arrived and
+    /// `mid_frame` whether a frame has been partly read. `Err` stops the reader. Not called
+    /// while the reader polls (at most its spin time, see [`FrameReader::new`]).
     fn idle(&mut self, idle: Duration, mid_frame: bool) -> Result<(), Abort>;
-    /// Whether payload placement may go on (checked between `recv`s into target memory).
+    /// Whether the reader may go on: checked between `recv`s into target memory and between
+    /// polls.
     fn alive(&self) -> bool;
 }
 
@@ -75,6 +77,18 @@ impl FrameReader {
         }
     }
 
+    /// Whether a read now polls; forgets an expired spin (no clock read per read after it).
+    fn polling(&mut self) -> bool {
+        match self.spin_until {
+            Some(t) if Instant::now() < t => true,
+            Some(_) => {
+                self.spin_until = None;
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Block again at the next read (a large frame keeps the stream busy by itself).
     pub fn stop_spinning(&mut self) {
         self.spin_until = None;
@@ -104,7 +118,7 @@ impl FrameReader {
         loop {
             // Only between frames: inside one, the rest is on its way and a poll would only
             // contend for the socket with the kernel delivering it.
-            let spinning = !mid_frame && self.spin_until.is_some_and(|t| Instant::now() < t);
+            let spinning = !mid_frame && self.polling();
             // SAFETY: forwarded caller guarantee.
             let got = unsafe {
                 if spinning {
@@ -277,9 +291,11 @@ mod tests {
             w
         });
         let mut rd = FrameReader::new(r.as_raw_fd(), spin);
+        // Before arming: the spin cannot have started before `t0`.
+        let t0 = Instant::now();
         arm(&mut rd);
         let mut watch = FirstIdle {
-            t0: Instant::now(),
+            t0,
             at: None,
             mid_frame: None,
             tell,
@@ -313,7 +329,7 @@ mod tests {
 
     #[test]
     fn a_stopped_or_unarmed_reader_blocks_at_once() {
-        let spin = Duration::from_secs(20);
+        let spin = Duration::from_secs(2);
         let frame: Vec<u8> = (0..HEADER_LEN as u8).rev().collect();
         for stop in [true, false] {
             let (r, w) = pair();
@@ -331,10 +347,32 @@ mod tests {
         }
     }
 
+    /// Never alive; a blocking wait fails the read instead of waiting on.
+    struct Stopped;
+
+    impl Watch for Stopped {
+        fn idle(&mut self, _idle: Duration, _mid_frame: bool) -> Result<(), Abort> {
+            Err(Abort::Expired)
+        }
+        fn alive(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_polling_reader_stops_for_a_dead_owner() {
+        let (r, _w) = pair();
+        let mut rd = FrameReader::new(r.as_raw_fd(), Duration::from_secs(2));
+        rd.spin_a_while();
+        // Polling asks `alive` between polls (Stop); had it blocked instead, the receive
+        // timeout would have ended it (Expired).
+        assert!(matches!(rd.next_header(&mut Stopped), Err(Abort::Stop)));
+    }
+
     #[test]
     fn an_armed_reader_blocks_inside_a_frame() {
         let (r, w) = pair();
-        let spin = Duration::from_secs(20);
+        let spin = Duration::from_secs(2);
         let mut first: Vec<u8> = vec![7; HEADER_LEN];
         first.extend_from_slice(&[1, 2, 3]);
         let watch = drive(
