@@ -32,10 +32,12 @@ fn small_sends_go_eagerly_and_arrive_intact_and_none_do_when_off() {
         });
         let mut flow = Flow::new(&p, 8, 4096);
         flow.run(&mut p, 400, Duration::from_secs(30)).unwrap();
-        let n = p.ctl.eager_writes.load(Ordering::Relaxed);
         if eager {
-            assert!(n > 0, "no eager send in 400 small messages");
+            // Whether a send finds its clear-to-send already there is a race (a responder that
+            // polls after small messages reads clear-to-sends sooner): run until one did not.
+            run_until_eager(&mut p, &mut flow);
         } else {
+            let n = p.ctl.eager_writes.load(Ordering::Relaxed);
             assert_eq!(
                 n, 0,
                 "HA_NCCL_SOCK_EAGER=0: every send waits for its clear-to-send"
