@@ -129,8 +129,8 @@ impl RecvComm {
     /// device (which checks the buffer against its registration), before the receive can be
     /// reported done: the machine reports it only after this returns.
     fn copy_eager(&mut self, c: EagerCopy) {
-        let dev = self.link.path(self.link.active).device().clone();
-        let copied = match self.slot_mrs[c.slot].first().map(|mr| mr.keys_for(&dev)) {
+        let dev = self.link.path(self.link.active).device();
+        let copied = match self.slot_mrs[c.slot].first().map(|mr| mr.keys_for(dev)) {
             Some(Ok(k)) => dev
                 .pd
                 .copy_into(
