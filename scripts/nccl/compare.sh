@@ -30,7 +30,7 @@ esac
 ha_log="$out/allreduce-$mode-ha.log"
 so_log="$out/allreduce-$mode-socket.log"
 tu_log="$out/allreduce-$mode-socket-tuned.log"
-if [ "$only" != socket ]; then
+if [ "$only" = both ] || [ "$only" = ha ]; then
   echo "== HA plugin (sock fabric), $mode"
   env "${common[@]}" LD_LIBRARY_PATH="${PLUGIN_DIR:-$here/dist}:${LD_LIBRARY_PATH:-}" NCCL_NET_PLUGIN=ha NCCL_NET=HA \
     HA_NCCL_FABRIC=sock "${launch[@]}" "$bin/all_reduce_perf" $args > "$ha_log" 2>&1 || { tail -30 "$ha_log"; exit 1; }
