@@ -21,7 +21,9 @@ pub const HANDLE_MAGIC: u32 = 0x314e_4148; // "HAN1" little-endian
 /// 4: the receiver answers a re-arm's `RearmDone` over the new path (two-way verification).
 /// 5: a `sock` responder waiting for a receive sends a keep-alive every 10 ms (was 50), which
 ///    the sender's 25 ms silence floor relies on: an older peer would look silent for 40 ms.
-pub const PROTOCOL_VERSION: u16 = 6;
+/// 6: the `sock` eager ring (immediate bit 29).
+/// 7: `sock` frames of unsignaled WRITEs carry `QUIET` (an older responder refuses the bit).
+pub const PROTOCOL_VERSION: u16 = 7;
 const BODY_LEN: usize = 35;
 const SCRATCH_OFF: usize = 64;
 

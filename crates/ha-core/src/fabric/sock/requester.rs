@@ -4,7 +4,10 @@
 //!
 //! PSNs: every frame the requester sends takes the next PSN (one per WRITE segment, one per
 //! READ request), starting at 0 on each stream. An ACK for PSN p completes every WR whose
-//! last frame is at or before p; READ responses carry their request's PSN.
+//! last frame is at or before p; READ responses carry their request's PSN. The last frame of
+//! an unsignaled WRITE is marked `QUIET`: its ACK may wait for the next one the responder
+//! sends (an unsignaled WR has no completion, so nothing waits for it; it leaves the send
+//! queue when a later ACK covers it, as on an RC NIC).
 
 use super::liveness::{LinkWatch, Liveness};
 use super::mr::{MrEntry, MrPin};
@@ -182,9 +185,14 @@ pub(super) fn take_frames(sq: &mut SendQueue, seg: u64, b: &mut Batch) {
                 if off + n == total {
                     h.flags |= flags::LAST;
                     e.emitted = true;
-                    if let SendOp::WriteWithImm(imm) = e.wr.op {
-                        h.flags |= flags::IMM;
-                        h.imm = imm;
+                    match e.wr.op {
+                        SendOp::WriteWithImm(imm) => {
+                            h.flags |= flags::IMM;
+                            h.imm = imm;
+                        }
+                        // Nobody waits for its completion: its ACK may come with a later one.
+                        _ if !e.wr.signaled => h.flags |= flags::QUIET,
+                        _ => {}
                     }
                 }
                 (ptr, len) = (e.wr.local.addr + off as usize, n as usize);

@@ -2,7 +2,8 @@
 //! request against this PD's registrations BEFORE touching memory, places WRITE segments
 //! (straight from the socket, last aligned word last with a Release store), consumes receives
 //! for WRITE_WITH_IMM (waiting for one, with keep-alives, when none is posted), streams READ
-//! responses, and ACKs (cumulative, coalesced while more frames are already buffered).
+//! responses, and ACKs (cumulative, coalesced while more frames are already buffered; frames
+//! marked `QUIET`, unsignaled WRITEs, wait for the next ACK due, at most [`ACK_EVERY`] frames).
 
 use super::liveness::{LinkWatch, Liveness};
 use super::mr::MrEntry;
@@ -54,6 +55,13 @@ impl SpinRule {
         poll
     }
 }
+static ACKS_SENT: AtomicU64 = AtomicU64::new(0);
+
+/// Process-wide: ACK frames the responders have sent.
+pub fn acks_sent() -> u64 {
+    ACKS_SENT.load(Ordering::Relaxed)
+}
+
 /// Coalesced ACKs are sent at least every this many frames.
 const ACK_EVERY: u32 = 64;
 /// Keep-alive period while waiting for a receive. The responder does not read its stream
@@ -134,6 +142,8 @@ struct Responder<'a> {
     /// ACK not yet sent: (psn, ended a WR), and how many frames it covers.
     pending: Option<(u32, bool)>,
     pending_frames: u32,
+    /// A frame the pending ACK covers is not `QUIET`: send it before waiting for more.
+    pending_due: bool,
     spin: SpinRule,
 }
 
@@ -161,6 +171,7 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
         cur: None,
         pending: None,
         pending_frames: 0,
+        pending_due: false,
         spin: SpinRule::default(),
     };
     let end = r.serve();
@@ -196,7 +207,7 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
 impl Responder<'_> {
     fn serve(&mut self) -> End {
         loop {
-            if self.pending.is_some() && !self.rd.header_ready() {
+            if self.pending_due && !self.rd.header_ready() {
                 if let Err(e) = self.flush_ack() {
                     return e;
                 }
@@ -252,8 +263,10 @@ impl Responder<'_> {
     }
 
     fn flush_ack(&mut self) -> Result<(), End> {
+        self.pending_due = false;
         if let Some((psn, done)) = self.pending.take() {
             self.pending_frames = 0;
+            ACKS_SENT.fetch_add(1, Ordering::Relaxed);
             let mut h = Header::new(Op::Ack);
             h.psn = psn;
             if done {
@@ -370,6 +383,7 @@ impl Responder<'_> {
         }
         self.pending = Some((h.psn, last));
         self.pending_frames += 1;
+        self.pending_due |= !h.has(flags::QUIET);
         if self.pending_frames >= ACK_EVERY {
             self.flush_ack()?;
         }
@@ -412,6 +426,7 @@ impl Responder<'_> {
         // The READ_RESP frames acknowledge everything before them.
         self.pending = None;
         self.pending_frames = 0;
+        self.pending_due = false;
         let qp = self.qp;
         let seg = qp.pd.tun.segment_bytes as u64;
         let mut off = 0u64;

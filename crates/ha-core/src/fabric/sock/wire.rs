@@ -62,7 +62,7 @@ impl Op {
     /// Flag bits this op may carry.
     fn allowed_flags(self) -> u8 {
         match self {
-            Op::Write => flags::FIRST | flags::LAST | flags::IMM,
+            Op::Write => flags::FIRST | flags::LAST | flags::IMM | flags::QUIET,
             Op::ReadResp => flags::FIRST | flags::LAST,
             Op::Ack => flags::WR_DONE,
             Op::ReadReq | Op::Nak | Op::KeepAlive => 0,
@@ -85,6 +85,10 @@ pub mod flags {
     pub const IMM: u8 = 4;
     /// ACK: the acknowledged frame ended a work request.
     pub const WR_DONE: u8 = 8;
+    /// WRITE (LAST segment, no immediate): the work request is unsignaled, so no completion
+    /// waits for its ACK: the responder may leave it to the next ACK it sends (cumulative),
+    /// as an RC NIC completes unsignaled work only through a later signaled completion.
+    pub const QUIET: u8 = 16;
 }
 
 /// NAK syndromes (in the `imm` field).
@@ -221,7 +225,9 @@ impl Header {
         };
         match op {
             Op::Write => {
-                if h.has(flags::IMM) && !h.has(flags::LAST) {
+                if h.has(flags::IMM) && !h.has(flags::LAST)
+                    || h.has(flags::QUIET) && (!h.has(flags::LAST) || h.has(flags::IMM))
+                {
                     return Err(WireError::BadFlags { op, flags });
                 }
                 if !h.has(flags::IMM) {
@@ -374,8 +380,21 @@ mod tests {
         b[0] = 99;
         assert_eq!(dec(&b), Err(WireError::UnknownOp(99)));
         let mut b = good;
-        b[1] = 0x10;
+        b[1] = 0x20;
         assert!(matches!(dec(&b), Err(WireError::BadFlags { .. })));
+        // QUIET only on a LAST segment without an immediate.
+        for f in [
+            flags::QUIET,
+            flags::QUIET | flags::FIRST,
+            flags::QUIET | flags::LAST | flags::IMM,
+        ] {
+            let mut b = good;
+            b[1] = f;
+            assert!(matches!(dec(&b), Err(WireError::BadFlags { .. })), "{f:#x}");
+        }
+        let mut h = write_hdr();
+        (h.flags, h.imm) = (flags::QUIET | flags::LAST | flags::FIRST, 0);
+        assert_eq!(dec(&h.to_bytes()).map(|d| d.flags), Ok(h.flags));
         let mut b = good;
         b[1] = flags::IMM; // IMM without LAST
         assert!(matches!(dec(&b), Err(WireError::BadFlags { .. })));

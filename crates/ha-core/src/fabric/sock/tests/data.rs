@@ -397,3 +397,64 @@ fn plain_writes_are_left_to_the_sender_thread() {
         "no WRITE_WITH_IMM went inline in {tries} posts"
     );
 }
+
+/// An unsignaled WRITE's ACK waits for the next signaled one (its frame is `QUIET`), as an RC
+/// NIC completes unsignaled work only through a later completion: the transport's
+/// clear-to-sends, seven in eight unsignaled, then wake no ack reader. Each write is posted
+/// only once the previous one has landed, so without `QUIET` every one would get its own ACK.
+#[test]
+fn unsignaled_writes_are_acknowledged_with_the_next_signaled_one() {
+    // Alone: the ACK counter is process-wide.
+    let _l = TEST_LOCK.write();
+    let (_f, a, b) = pair(LONG, 1 << 20);
+    let mut src = Buf::new(4096, 0);
+    src.pattern(11);
+    let dst = Buf::new(4096, 0);
+    let ms = a.reg(&src, Access::LOCAL_WRITE);
+    let md = b.reg(&dst, Access::REMOTE_WRITE);
+    let write = |id: u64, signaled: bool| {
+        let off = id as usize * 256;
+        let mut w = wr(
+            id,
+            SendOp::Write,
+            (&src, off, 256, ms.keys().lkey),
+            dst.addr() + off,
+            md.keys().rkey,
+        );
+        w.signaled = signaled;
+        a.qp.post_send(&[w]).unwrap();
+        off
+    };
+    // Connected, and every earlier ACK sent.
+    write(0, true);
+    assert_eq!(statuses(&a.wait(1)), vec![(0, WcStatus::Success)]);
+    let before = acks_sent();
+    for id in 1..=7u64 {
+        let off = write(id, false);
+        // Polls the destination until the write landed (its bytes are all placed by then).
+        let deadline = Instant::now() + LONG;
+        while dst.bytes()[off..off + 256] != src.bytes()[off..off + 256] {
+            assert!(
+                Instant::now() < deadline,
+                "unsignaled write {id} never landed"
+            );
+            std::thread::yield_now();
+        }
+    }
+    write(8, true);
+    // The signaled one completes (alone: unsignaled work never does), and one ACK covered all.
+    assert_eq!(statuses(&a.wait(1)), vec![(8, WcStatus::Success)]);
+    assert_eq!(
+        acks_sent() - before,
+        1,
+        "unsignaled writes were acknowledged one by one"
+    );
+    assert!(dst.bytes()[..9 * 256] == src.bytes()[..9 * 256]);
+    // They left the send queue with it: a full queue's worth of posts is accepted.
+    let n = CAPS.max_send_wr as u64;
+    for id in 0..n {
+        write(id % 16, true);
+    }
+    assert_eq!(a.wait(n as usize).len(), n as usize);
+    assert_eq!((a.qp.state(), b.qp.state()), (QpState::Rts, QpState::Rts));
+}
