@@ -129,6 +129,14 @@ pub const SOCK_SPIN_US: Param = Param {
     range: Some((0, 10_000)),
 };
 
+pub const SOCK_LANES: Param = Param {
+    name: "HA_NCCL_SOCK_LANES",
+    kind: Kind::U32,
+    default: "4",
+    doc: "`sock` fabric: TCP streams a queue pair spreads each WRITE of at least 512 KiB (NCCL's full pipeline step) over (its main stream plus this many minus one lanes, opened when the first such WRITE comes; each lane has a sender and a receiver thread). One stream carries what one core can copy through the kernel (bench/results/2026-11-27-sock-lanes.md); NCCL Socket's answer is `NCCL_NSOCKS_PERTHREAD`. 1 = one stream per queue pair.",
+    range: Some((1, 8)),
+};
+
 pub const SOCK_MAX_QP: Param = Param {
     name: "HA_NCCL_SOCK_MAX_QP",
     kind: Kind::U32,
@@ -359,6 +367,7 @@ pub const PARAMS: &[Param] = &[
     SOCK_INLINE,
     SOCK_EAGER,
     SOCK_SPIN_US,
+    SOCK_LANES,
     SOCK_MAX_QP,
     SOCK_MAX_CQE,
     TEST_MAX_POLL,
@@ -404,6 +413,8 @@ pub struct Config {
     pub sock_eager: usize,
     /// `HA_NCCL_SOCK_SPIN_US`.
     pub sock_spin: Duration,
+    /// `HA_NCCL_SOCK_LANES`: streams per queue pair for large WRITEs.
+    pub sock_lanes: u16,
     /// `HA_NCCL_SOCK_MAX_QP` (`None`: 0, no limit).
     pub sock_max_qp: Option<u32>,
     /// `HA_NCCL_SOCK_MAX_CQE` (`None`: 0, unbounded).
@@ -534,6 +545,8 @@ impl Config {
             sock_eager: usize::try_from(parse_number(&SOCK_EAGER, &text(&SOCK_EAGER))?)
                 .map_err(|_| out_of_range(&SOCK_EAGER, &text(&SOCK_EAGER)))?,
             sock_spin: Duration::from_micros(parse_number(&SOCK_SPIN_US, &text(&SOCK_SPIN_US))?),
+            sock_lanes: u16::try_from(parse_number(&SOCK_LANES, &text(&SOCK_LANES))?)
+                .map_err(|_| out_of_range(&SOCK_LANES, &text(&SOCK_LANES)))?,
             sock_max_qp: limit(&SOCK_MAX_QP, &text(&SOCK_MAX_QP))?,
             sock_max_cqe: limit(&SOCK_MAX_CQE, &text(&SOCK_MAX_CQE))?,
             test_max_poll: u32::try_from(parse_number(&TEST_MAX_POLL, &text(&TEST_MAX_POLL))?)
@@ -844,6 +857,7 @@ mod tests {
         assert_eq!(c.sock_inline, 4 << 10);
         assert_eq!(c.sock_eager, 4 << 10);
         assert_eq!(c.sock_spin, Duration::from_micros(100));
+        assert_eq!(c.sock_lanes, 4);
         assert_eq!((c.sock_max_qp, c.sock_max_cqe), (None, None));
         assert_eq!(c.test_max_poll, 16);
         assert_eq!(c.progress_spin, Duration::from_micros(50));
@@ -1173,6 +1187,7 @@ mod tests {
             ("HA_NCCL_SOCK_MAX_QP", "29"),
             ("HA_NCCL_SOCK_EAGER", "1000"),
             ("HA_NCCL_SOCK_SPIN_US", "57"),
+            ("HA_NCCL_SOCK_LANES", "3"),
             ("HA_NCCL_SOCK_MAX_CQE", "31"),
             ("HA_NCCL_GDR", "1"),
             ("HA_NCCL_SILENCE_MS", "53"),
@@ -1186,6 +1201,7 @@ mod tests {
             sock_inline,
             sock_eager,
             sock_spin,
+            sock_lanes,
             sock_max_qp,
             sock_max_cqe,
             test_max_poll,
@@ -1220,6 +1236,7 @@ mod tests {
         assert_eq!(sock_inline, 0);
         assert_eq!(sock_eager, 1000);
         assert_eq!(sock_spin, Duration::from_micros(57));
+        assert_eq!(sock_lanes, 3);
         assert_eq!(test_max_poll, 3);
         assert_eq!(progress_spin, Duration::from_micros(9));
         assert_eq!(handshake_timeout, Duration::from_millis(11));
@@ -1242,7 +1259,7 @@ mod tests {
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
         assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
         assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
-        assert_eq!(PARAMS.len(), 33, "one PARAMS row per Config field");
+        assert_eq!(PARAMS.len(), 34, "one PARAMS row per Config field");
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! sends (which bytes of which WRITE each payload is).
 
 use super::input::Input;
+use ha_core::fabric::sock::hello::Hello;
 use ha_core::fabric::sock::sequence::{decode_stream, Step};
-use ha_core::fabric::sock::wire::{flags, Header, Hello, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
+use ha_core::fabric::sock::wire::{flags, Header, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
 use ha_core::fabric::sock::SockEndpoint;
 
 /// `[max_len u32][bytes...]`: the bytes as a frame header (payload bound `max_len`), as a
@@ -122,6 +123,7 @@ pub(super) fn header_seeds() -> Vec<Vec<u8>> {
             target_qpn: 3,
             source_qpn: 4,
             target_nonce: 5,
+            lane: 0,
         }
         .encode(),
     );

@@ -126,6 +126,7 @@ fn build() -> ApiResult<Plugin> {
                     segment_bytes: cfg.sock_segment,
                     inline_bytes: cfg.sock_inline,
                     spin: cfg.sock_spin,
+                    lanes: cfg.sock_lanes,
                     limits: crate::fabric::DeviceLimits {
                         max_qp: cfg.sock_max_qp,
                         max_cqe: cfg.sock_max_cqe,

@@ -119,6 +119,7 @@ impl FakeGpuFabric {
             segment_bytes: 1 << 20,
             inline_bytes: 4 << 10,
             spin: Duration::ZERO,
+            lanes: 4,
             limits: Default::default(),
         })
         .unwrap();

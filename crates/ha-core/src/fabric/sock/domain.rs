@@ -3,8 +3,8 @@
 //! an inbound stream may be handed to (seen through [`InboundTarget`], so this module does
 //! not depend on the queue pairs).
 
+use super::hello::Hello;
 use super::mr::MrTable;
-use super::wire::Hello;
 use super::Tunables;
 use crate::fabric::counters::Counted;
 use parking_lot::Mutex;

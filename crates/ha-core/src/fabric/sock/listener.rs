@@ -9,8 +9,8 @@
 //! spends microseconds in the set, while silent strangers are the ones that linger.
 
 use super::domain::PdShared;
+use super::hello::{Hello, HELLO_LEN, HELLO_MAGIC};
 use super::net;
-use super::wire::{Hello, HELLO_LEN, HELLO_MAGIC};
 use super::{spawn, Tunables};
 use crate::fabric::counters::{self, Counted, Held, Resource};
 use crate::fabric::{FabricError, Result};
@@ -344,6 +344,7 @@ mod tests {
             target_qpn: 7,
             source_qpn: 9,
             target_nonce: 0x1234,
+            lane: 0,
         }
         .encode();
         let past = Instant::now();

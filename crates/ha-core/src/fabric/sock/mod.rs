@@ -8,6 +8,12 @@
 //! are up to three threads: the sender (connect + requests), the ack reader (completions,
 //! READ data, retry timer) and the responder (placement, ACKs, READ responses).
 //!
+//! Lanes (`lanes.rs`, `HA_NCCL_SOCK_LANES`): one stream carries what one core can push
+//! through the kernel, so a queue pair that sends a WRITE of at least 512 KiB opens up to 7
+//! more streams to the same peer queue pair (each with a sender thread here and a placing
+//! thread there) and sends each such WRITE's first shares over them, the rest on the main
+//! stream; the responder completes the WRITE only once every lane placed its share.
+//!
 //! The small-message path: a post that ends a message (its last write carries an immediate)
 //! with at most `HA_NCCL_SOCK_INLINE` payload bytes is written onto the outbound stream by the
 //! posting thread itself when the stream is free, without blocking: no hand-off to the sender
@@ -85,9 +91,14 @@
 //! `liveness.rs`'s unit tests, and the stop drill (`scripts/drill/stop-drill.sh`, run by
 //! `ha-harness`'s `stop_drill` test).
 
+mod connect;
 mod cq;
 mod domain;
+pub mod hello;
+mod lane_state;
+mod lanes;
 mod limits;
+mod links;
 mod listener;
 mod liveness;
 mod mr;
@@ -98,6 +109,7 @@ mod qp_state;
 mod reader;
 mod requester;
 mod responder;
+mod rx_watch;
 pub mod sequence;
 pub mod wire;
 
@@ -105,6 +117,7 @@ pub mod wire;
 pub(crate) mod tests;
 
 pub use cq::{pause_polling, reset_stats as reset_cq_stats, stats as cq_stats, CqStats};
+pub use lanes::striped_writes;
 pub use listener::pending_hellos;
 pub use qp::inline_stats;
 pub use responder::acks_sent;
@@ -140,6 +153,9 @@ pub struct SockConfig {
     /// How long the responder polls its stream after the second small message in a row
     /// before it blocks again (zero: never polls; `HA_NCCL_SOCK_SPIN_US`).
     pub spin: Duration,
+    /// Streams a queue pair stripes WRITEs of at least [`wire::STRIPE_MIN`] bytes over, main
+    /// stream included (1: no striping; `HA_NCCL_SOCK_LANES`).
+    pub lanes: u16,
     /// Device limits to emulate on every rail (default: none).
     pub limits: DeviceLimits,
 }
@@ -152,6 +168,8 @@ pub(crate) struct Tunables {
     pub inline_bytes: usize,
     /// [`SockConfig::spin`].
     pub spin: Duration,
+    /// [`SockConfig::lanes`].
+    pub lanes: u16,
     /// Entries a completion queue holds at most (`None`: unbounded).
     pub max_cqe: Option<u32>,
 }
@@ -213,6 +231,7 @@ impl SockFabric {
                 segment_bytes: cfg.segment_bytes,
                 inline_bytes: cfg.inline_bytes,
                 spin: cfg.spin,
+                lanes: cfg.lanes,
                 max_cqe: cfg.limits.max_cqe,
             },
             slots,

@@ -5,11 +5,11 @@
 
 use super::cq::SockCq;
 use super::domain::InboundTarget;
+use super::hello::Hello;
 use super::limits::QpSlot;
 use super::listener::PdCore;
 use super::net;
 use super::qp_state::{state_to_u8, Control, QpShared, SendQueue, TxState, WrEntry};
-use super::wire::Hello;
 use super::{requester, responder, SockEndpoint};
 use crate::fabric::counters::{self, Counted, Held, Resource};
 use crate::fabric::{FabricError, QpCaps, QpState, QueuePair, Result, SendOp, SendWr, WcStatus};
@@ -32,6 +32,17 @@ impl InboundTarget for QpShared {
     fn attach_inbound(self: Arc<Self>, s: Counted<TcpStream>, hello: &Hello) -> bool {
         if hello.target_nonce != self.nonce {
             return false;
+        }
+        if hello.lane > 0 {
+            if net::tune_stream(&s, self.pd.tun.rx_tick()).is_err() {
+                return false;
+            }
+            if let Some(tc) = self.caps.traffic_class {
+                if net::set_traffic_class(&s, tc).is_err() {
+                    return false;
+                }
+            }
+            return super::lanes::attach(&self, s, hello.lane);
         }
         let clone = {
             let mut ctl = self.ctl.lock();
@@ -108,6 +119,7 @@ impl SockQp {
                 out_sock: None,
                 in_sock: None,
                 inbound_attached: false,
+                lane_socks: Vec::new(),
             }),
             ctl_cv: Condvar::new(),
             sq: Mutex::new(SendQueue {
@@ -117,6 +129,7 @@ impl SockQp {
                 last_progress: Instant::now(),
                 link_dead: false,
                 tail_pending: false,
+                stripe_ordinal: 0,
             }),
             sq_cv: Condvar::new(),
             tx: Mutex::new(TxState::default()),
@@ -126,6 +139,8 @@ impl SockQp {
             place: RwLock::new(()),
             fail_mx: Mutex::new(()),
             link: AtomicU8::new(super::qp_state::LINK_UNKNOWN),
+            lanes: Mutex::new(Default::default()),
+            lanes_cv: Condvar::new(),
             _held: Held::new(Resource::Qp),
         });
         let target: Weak<dyn InboundTarget> = Arc::downgrade(&shared) as Weak<dyn InboundTarget>;
@@ -176,7 +191,8 @@ impl SockQp {
             return None;
         }
         let mut batch = requester::Batch::default();
-        requester::take_frames(sq, s.pd.tun.segment_bytes as u64, &mut batch);
+        // Never striped: a posting thread does not wait for lanes to open.
+        requester::take_frames(sq, s.pd.tun.segment_bytes as u64, 1, &mut batch);
         Some((tx, batch))
     }
 
@@ -372,10 +388,19 @@ impl QueuePair for SockQp {
 
     fn link_silence(&self) -> Option<std::time::Duration> {
         // Under `ctl`, so the stream cannot be closed (and its descriptor reused) meanwhile.
+        // The lanes' too: striped bytes may wait there while the main stream's are through.
         let ctl = self.shared.ctl.lock();
-        net::tcp_sample(ctl.out_sock.as_ref()?.as_raw_fd())
-            .ok()
-            .map(|s| s.silence())
+        let lanes = ctl
+            .lane_socks
+            .iter()
+            .filter(|(_, out)| *out)
+            .map(|(s, _)| s);
+        let mut silence = None;
+        for s in ctl.out_sock.iter().chain(lanes) {
+            let t = net::tcp_sample(s.as_raw_fd()).ok()?.silence();
+            silence = Some(silence.map_or(t, |m: std::time::Duration| m.max(t)));
+        }
+        silence
     }
 
     fn post_recv(&self, wr_id: u64) -> Result<()> {
@@ -414,6 +439,7 @@ impl Drop for SockQp {
             let mut ctl = s.ctl.lock();
             ctl.out_sock = None;
             ctl.in_sock = None;
+            ctl.lane_socks.clear();
         }
         s.pd.unregister_qp(s.qpn);
     }

@@ -7,6 +7,7 @@
 
 use super::cq::SockCq;
 use super::domain::PdShared;
+use super::lane_state::LaneState;
 use super::mr::MrEntry;
 use super::net;
 use super::wire::psn_le;
@@ -71,6 +72,8 @@ pub struct SendQueue {
     /// A posting thread left the rest of its batch in [`TxState::tail`]: the sender thread
     /// writes it.
     pub tail_pending: bool,
+    /// Ordinal of the last striped WRITE (`lanes.rs`).
+    pub stripe_ordinal: u32,
 }
 
 /// The right to write the outbound stream (held by whoever writes frames: the sender thread,
@@ -88,6 +91,8 @@ pub struct Control {
     pub(super) out_sock: Option<Counted<TcpStream>>,
     pub(super) in_sock: Option<Counted<TcpStream>>,
     pub(super) inbound_attached: bool,
+    /// Lane streams (`lanes.rs`), with whether each is outbound.
+    pub(super) lane_socks: Vec<(Counted<TcpStream>, bool)>,
 }
 
 /// Everything a queue pair's threads share.
@@ -117,6 +122,9 @@ pub struct QpShared {
     /// The ack reader's last word on the link: [`LINK_UNKNOWN`], [`LINK_ALIVE`] or
     /// [`LINK_DEAD`].
     pub(super) link: AtomicU8,
+    /// Striping over lanes (`lanes.rs`); leaf lock.
+    pub lanes: Mutex<LaneState>,
+    pub lanes_cv: Condvar,
     pub(super) _held: Held,
 }
 
@@ -219,11 +227,14 @@ impl QpShared {
         let prev = self.state.swap(state_to_u8(QpState::Err), SeqCst);
         {
             let ctl = self.ctl.lock();
-            for s in ctl.out_sock.iter().chain(ctl.in_sock.iter()) {
+            let lanes = ctl.lane_socks.iter().map(|(s, _)| s);
+            for s in ctl.out_sock.iter().chain(ctl.in_sock.iter()).chain(lanes) {
                 net::shutdown(s.as_raw_fd());
             }
             self.ctl_cv.notify_all();
         }
+        drop(self.lanes.lock());
+        self.lanes_cv.notify_all();
         // Wake waiters before the fence: the sender and a responder waiting for a receive.
         drop(self.sq.lock());
         self.sq_cv.notify_all();
@@ -297,6 +308,22 @@ impl QpShared {
         self.out_fd.store(s.as_raw_fd(), SeqCst);
         ctl.out_sock = Some(s);
         true
+    }
+
+    /// Keep a clone of lane stream `s` (so `fail` can shut it, and link checks see an outbound
+    /// one); false if the queue pair is dead or the stream cannot be cloned.
+    pub fn add_lane_stream(&self, s: &Counted<TcpStream>, outbound: bool) -> bool {
+        let mut ctl = self.ctl.lock();
+        if self.dead() {
+            return false;
+        }
+        match crate::fabric::counters::try_clone_stream(s) {
+            Ok(c) => {
+                ctl.lane_socks.push((c, outbound));
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Local check of a send WR: `(registration, failure status)`.

@@ -9,16 +9,18 @@
 //! sends (an unsignaled WR has no completion, so nothing waits for it; it leaves the send
 //! queue when a later ACK covers it, as on an RC NIC).
 
-use super::liveness::{LinkWatch, Liveness};
+use super::connect::connect;
+use super::lanes::{self, LaneJob};
+use super::links::Links;
+use super::liveness::Liveness;
 use super::mr::{MrEntry, MrPin};
 use super::net;
 use super::qp_state::{QpShared, SendQueue, LINK_ALIVE, LINK_DEAD};
 use super::reader::{Abort, FrameReader, Watch};
-use super::wire::{flags, syndrome, Header, Hello, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
+use super::wire::{flags, striped_bytes, syndrome, Header, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
 use crate::fabric::counters::{self, Counted};
 use crate::fabric::{SendOp, WcStatus};
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -51,62 +53,6 @@ pub fn run_sender(qp: Arc<QpShared>) {
     send_loop(&qp, &stream);
 }
 
-/// Connect to the peer's listener and send the hello, retrying until `retry_timeout`.
-fn connect(qp: &QpShared) -> Option<Counted<TcpStream>> {
-    let Some(remote) = qp.ctl.lock().remote else {
-        qp.fail(Some(WcStatus::LocQpOpErr));
-        return None;
-    };
-    let tun = qp.pd.tun;
-    let deadline = Instant::now() + tun.retry_timeout;
-    let dst = SocketAddr::new(remote.ip, remote.port);
-    let hello = Hello {
-        target_qpn: remote.qpn,
-        source_qpn: qp.qpn,
-        target_nonce: remote.nonce,
-    }
-    .encode();
-    let mut backoff = Duration::from_millis(2);
-    loop {
-        if qp.dead() {
-            return None;
-        }
-        // Each attempt gets a third of the window (at least 100 ms): a SYN lost while the rail
-        // was still coming back is retransmitted by the kernel only after a second, so a
-        // fresh attempt finds the rail sooner than waiting out the first.
-        let step = (tun.retry_timeout / 3).max(Duration::from_millis(100));
-        let attempt_deadline = (Instant::now() + step).min(deadline);
-        let attempt = net::connect_from(qp.pd.ip, dst, attempt_deadline, &|| qp.dead())
-            .map(counters::socket)
-            .and_then(|mut s| {
-                net::tune_stream(&s, tun.ack_tick())?;
-                if let Some(tc) = qp.traffic_class() {
-                    net::set_traffic_class(&s, tc)?;
-                }
-                s.write_all(&hello)?;
-                Ok(s)
-            });
-        match attempt {
-            Ok(s) => return Some(s),
-            Err(e) => {
-                if qp.dead() {
-                    return None;
-                }
-                if Instant::now() >= deadline {
-                    tracing::info!("sock: qp {} cannot connect to {dst}: {e}", qp.qpn);
-                    qp.link_failed();
-                    return None;
-                }
-                let mut sq = qp.sq.lock();
-                if !qp.dead() {
-                    qp.sq_cv.wait_for(&mut sq, backoff);
-                }
-                backoff = (backoff * 2).min(Duration::from_millis(100));
-            }
-        }
-    }
-}
-
 /// One frame of a batch: its header and payload (`ptr`, `len`).
 pub(super) struct Frame {
     hdr: [u8; HEADER_LEN],
@@ -119,6 +65,8 @@ pub(super) struct Frame {
 pub(super) struct Batch {
     frames: Vec<Frame>,
     mrs: Vec<Arc<MrEntry>>,
+    /// Frames of striped WRITEs for the lanes: (lane, frame).
+    lane_jobs: Vec<(usize, LaneJob)>,
 }
 
 impl Batch {
@@ -126,17 +74,26 @@ impl Batch {
         Batch {
             frames: Vec::with_capacity(n),
             mrs: Vec::with_capacity(n),
+            lane_jobs: Vec::new(),
         }
     }
 
     fn clear(&mut self) {
         self.frames.clear();
         self.mrs.clear();
+        self.lane_jobs.clear();
     }
 
     pub(super) fn is_empty(&self) -> bool {
         self.frames.is_empty()
     }
+}
+
+/// Whether the next WR to emit is a WRITE large enough to be striped.
+fn next_is_large(sq: &SendQueue) -> bool {
+    has_work(sq)
+        && sq.wrs[sq.next_send].wr.op != SendOp::Read
+        && sq.wrs[sq.next_send].wr.local.len as u64 >= lanes::STRIPE_MIN
 }
 
 /// Whether the send queue holds a frame to emit (the next unsent WR passed its local check).
@@ -146,8 +103,10 @@ pub(super) fn has_work(sq: &SendQueue) -> bool {
 
 /// Take up to [`MAX_BATCH`] frames (about one segment of payload) off the send queue, in
 /// posting order, giving each the next PSN. The caller holds the queue pair's `tx` lock, so
-/// frames reach the stream in the order they were taken.
-pub(super) fn take_frames(sq: &mut SendQueue, seg: u64, b: &mut Batch) {
+/// frames reach the stream in the order they were taken. With `streams` > 1 a WRITE of at
+/// least [`lanes::STRIPE_MIN`] bytes is striped: its lane frames go to `b.lane_jobs` and a
+/// `STRIPED` frame starts it on the main stream.
+pub(super) fn take_frames(sq: &mut SendQueue, seg: u64, streams: u16, b: &mut Batch) {
     if !sq.wrs.front().is_some_and(|e| e.started) {
         // Nothing was outstanding: the retry timer starts now.
         sq.last_progress = Instant::now();
@@ -173,6 +132,35 @@ pub(super) fn take_frames(sq: &mut SendQueue, seg: u64, b: &mut Batch) {
                 h.raddr = e.wr.remote_addr;
                 (ptr, len) = (0, 0);
                 e.emitted = true;
+            }
+            SendOp::Write | SendOp::WriteWithImm(_)
+                if e.sent == 0 && striped_bytes(e.wr.local.len as u64, streams) > 0 =>
+            {
+                let total = e.wr.local.len as u64;
+                let striped = striped_bytes(total, streams);
+                let share = striped / u64::from(streams - 1);
+                let ordinal = sq.stripe_ordinal.wrapping_add(1);
+                sq.stripe_ordinal = ordinal;
+                lanes::count_striped();
+                let mr = e.mr.as_ref().expect("checked at post");
+                for lane in 1..usize::from(streams) {
+                    let off = share * (lane as u64 - 1);
+                    let mut l = Header::new(Op::Write);
+                    l.flags = flags::LANE;
+                    (l.rkey, l.psn, l.raddr) = (e.wr.rkey, ordinal, e.wr.remote_addr);
+                    (l.total, l.len, l.imm) = (total, share as u32, off as u32);
+                    let job = LaneJob {
+                        hdr: l.to_bytes(),
+                        ptr: e.wr.local.addr + off as usize,
+                        len: share as usize,
+                        mr: mr.clone(),
+                    };
+                    b.lane_jobs.push((lane, job));
+                }
+                h.flags = flags::FIRST | flags::STRIPED;
+                (h.raddr, h.imm, h.lanes) = (e.wr.remote_addr, ordinal, streams);
+                e.sent = striped;
+                (ptr, len) = (0, 0);
             }
             SendOp::Write | SendOp::WriteWithImm(_) => {
                 let off = e.sent;
@@ -291,15 +279,17 @@ fn write_tail(fd: RawFd, tail: &mut Vec<u8>) -> Result<(), WriteFail> {
     r.map_err(WriteFail::Io)
 }
 
-fn send_loop(qp: &QpShared, stream: &TcpStream) {
+fn send_loop(qp: &Arc<QpShared>, stream: &TcpStream) {
     let fd = stream.as_raw_fd();
     let seg = qp.pd.tun.segment_bytes as u64;
     let mut b = Batch::with_capacity(MAX_BATCH);
     let mut pins: Vec<MrPin> = Vec::with_capacity(MAX_BATCH);
     let mut iovs: Vec<libc::iovec> = Vec::with_capacity(2 * MAX_BATCH);
+    // Streams to stripe over: 0 until the first large WRITE opens the lanes.
+    let mut streams = if qp.pd.tun.lanes > 1 { 0 } else { 1 };
     loop {
         b.clear();
-        {
+        let open_lanes = {
             // Wait for work without the stream: meanwhile a posting thread may write its
             // small requests itself (`SockQp::post_send`).
             let mut sq = qp.sq.lock();
@@ -312,6 +302,10 @@ fn send_loop(qp: &QpShared, stream: &TcpStream) {
                 }
                 qp.sq_cv.wait(&mut sq);
             }
+            streams == 0 && next_is_large(&sq)
+        };
+        if open_lanes {
+            streams = lanes::open(qp, qp.pd.tun.lanes);
         }
         let mut tx = qp.tx.lock();
         {
@@ -320,8 +314,9 @@ fn send_loop(qp: &QpShared, stream: &TcpStream) {
                 return;
             }
             sq.tail_pending = false;
-            take_frames(&mut sq, seg, &mut b);
+            take_frames(&mut sq, seg, streams.max(1), &mut b);
         }
+        lanes::push(qp, &mut b.lane_jobs);
         // The rest of a batch a posting thread began goes first.
         let r = write_tail(fd, &mut tx.tail).and_then(|()| {
             if b.is_empty() {
@@ -349,7 +344,7 @@ fn send_loop(qp: &QpShared, stream: &TcpStream) {
 /// threads.
 struct AckWatch<'a> {
     qp: &'a QpShared,
-    link: &'a mut LinkWatch,
+    link: &'a mut Links,
     fd: RawFd,
     /// The local region a READ response is being placed into, if any.
     region: Option<&'a MrEntry>,
@@ -366,7 +361,7 @@ impl Watch for AckWatch<'_> {
             return Err(Abort::Expired);
         }
         // Sampled on every tick, so the judge knows how long TCP has been waiting.
-        let live = self.link.check(self.fd, Instant::now());
+        let live = self.link.check(self.qp, self.fd, Instant::now());
         let word = match live {
             Liveness::Alive => LINK_ALIVE,
             Liveness::Dead(_) => LINK_DEAD,
@@ -421,7 +416,7 @@ struct ReadCtx {
 
 fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     let mut rd = FrameReader::new(stream.as_raw_fd(), Duration::ZERO);
-    let mut link = LinkWatch::new(qp.pd.tun.retry_timeout);
+    let mut link = Links::new(qp.pd.tun.retry_timeout);
     let end = ack_loop(&qp, &mut rd, &mut link, stream.as_raw_fd());
     match end {
         End::Abort(Abort::Stop) => {}
@@ -452,7 +447,7 @@ fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     drop(stream);
 }
 
-fn ack_loop(qp: &QpShared, rd: &mut FrameReader, link: &mut LinkWatch, fd: RawFd) -> End {
+fn ack_loop(qp: &QpShared, rd: &mut FrameReader, link: &mut Links, fd: RawFd) -> End {
     let mut cur: Option<ReadCtx> = None;
     loop {
         let mut w = AckWatch {
@@ -505,7 +500,7 @@ fn on_read_resp(
     rd: &mut FrameReader,
     h: &Header,
     cur: &mut Option<ReadCtx>,
-    link: &mut LinkWatch,
+    link: &mut Links,
     fd: RawFd,
 ) -> Result<(), End> {
     if h.has(flags::FIRST) {

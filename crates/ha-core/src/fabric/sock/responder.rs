@@ -5,11 +5,13 @@
 //! responses, and ACKs (cumulative, coalesced while more frames are already buffered; frames
 //! marked `QUIET`, unsignaled WRITEs, wait for the next ACK due, at most [`ACK_EVERY`] frames).
 
-use super::liveness::{LinkWatch, Liveness};
+use super::lanes::{self, LaneFail};
+use super::liveness::LinkWatch;
 use super::mr::MrEntry;
 use super::net;
 use super::qp_state::QpShared;
-use super::reader::{Abort, FrameReader, Watch};
+use super::reader::{Abort, FrameReader};
+use super::rx_watch::RxWatch;
 use super::sequence::{RequestSeq, Step};
 use super::wire::{flags, syndrome, Header, Op, HEADER_LEN};
 use crate::fabric::counters::Counted;
@@ -18,7 +20,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// When the responder polls its stream instead of blocking (`Tunables::spin`): after the
 /// second message in a row (the WRITEs up to and including a WRITE_WITH_IMM) of at most
@@ -85,43 +87,6 @@ enum End {
     Nak { psn: u32, syndrome: u32 },
 }
 
-/// The responder's view of time: a request stalled in the middle is waited for as long as the
-/// link is alive (a stopped peer resumes where it stopped), except on a dead link, and for at
-/// most the retry window while its target region is being deregistered (so `dereg_mr` waits for
-/// a placement in progress, but not for a peer that stopped in the middle of one).
-struct RxWatch<'a> {
-    qp: &'a QpShared,
-    link: &'a mut LinkWatch,
-    fd: RawFd,
-    /// The region being written into, if any.
-    region: Option<&'a MrEntry>,
-}
-
-impl Watch for RxWatch<'_> {
-    fn idle(&mut self, idle: Duration, mid_frame: bool) -> Result<(), Abort> {
-        if self.qp.dead() {
-            return Err(Abort::Stop);
-        }
-        let live = self.link.check(self.fd, Instant::now());
-        if !mid_frame {
-            return Ok(());
-        }
-        if idle > self.qp.pd.tun.retry_timeout {
-            if self.region.is_some_and(|m| m.dying()) {
-                return Err(Abort::Expired);
-            }
-            if let Liveness::Dead(why) = live {
-                tracing::info!("sock: qp {}: inbound link dead: {why}", self.qp.qpn);
-                return Err(Abort::Expired);
-            }
-        }
-        Ok(())
-    }
-    fn alive(&self) -> bool {
-        !self.qp.dead()
-    }
-}
-
 /// The WRITE being placed (its sequencing is in [`RequestSeq`]).
 struct WriteCtx {
     mr: Option<Arc<MrEntry>>,
@@ -130,6 +95,8 @@ struct WriteCtx {
     /// Start of the last aligned word (stored last); `== end` when there is none.
     tail_start: u64,
     tail: [u8; 8],
+    /// Striped: (ordinal, streams). Its last word and completion wait for the lanes.
+    stripe: Option<(u32, u16)>,
 }
 
 struct Responder<'a> {
@@ -311,6 +278,7 @@ impl Responder<'_> {
                 total: h.total,
                 tail_start,
                 tail: [0; 8],
+                stripe: h.has(flags::STRIPED).then_some((h.imm, h.lanes)),
             });
         }
         let qp = self.qp;
@@ -357,7 +325,7 @@ impl Responder<'_> {
                         .read_payload(c.tail.as_mut_ptr().add(off), (b - from) as usize, &mut w)
                 };
             }
-            if r.is_ok() && last && c.tail_start < c.end {
+            if r.is_ok() && last && c.stripe.is_none() && c.tail_start < c.end {
                 // SAFETY: `tail_start` is 8-byte aligned (end % 8 == 0) and the 8 bytes
                 // lie inside the pinned registration (validated); the Release store
                 // publishes every byte placed before it.
@@ -373,8 +341,31 @@ impl Responder<'_> {
                 });
             }
         }
+        let total = c.total;
+        if let (true, Some((ordinal, streams))) = (last, c.stripe) {
+            // The main stream's share is placed (alongside the lanes'); its last word and the
+            // completion wait for every lane's.
+            let (tail_start, end, tail, mr) = (c.tail_start, c.end, c.tail, c.mr.clone());
+            self.wait_for_lanes(ordinal, streams, h.psn)?;
+            if tail_start < end {
+                let g = qp.place.read();
+                if qp.dead() {
+                    return Err(End::Quiet);
+                }
+                let Some(pin) = mr.as_ref().and_then(|m| m.pin()) else {
+                    return Err(End::Nak {
+                        psn: h.psn,
+                        syndrome: syndrome::REMOTE_ACCESS,
+                    });
+                };
+                // SAFETY: as above: aligned, inside the pinned registration, under `place`.
+                let word = unsafe { AtomicU64::from_ptr(tail_start as *mut u64) };
+                word.store(u64::from_ne_bytes(tail), Ordering::Release);
+                drop(pin);
+                drop(g);
+            }
+        }
         if last {
-            let total = c.total;
             self.cur = None;
             self.spin.write_done(total);
             if h.has(flags::IMM) {
@@ -388,6 +379,30 @@ impl Responder<'_> {
             self.flush_ack()?;
         }
         Ok(())
+    }
+
+    /// Wait until every lane placed its share of striped WRITE `ordinal` (whose last frame is
+    /// `psn`), sending keep-alives meanwhile: this stream is not read while it waits, and its
+    /// kernel holds back the acknowledgements of what keeps arriving (as in [`deliver_imm`]).
+    fn wait_for_lanes(&mut self, ordinal: u32, streams: u16, psn: u32) -> Result<(), End> {
+        loop {
+            match lanes::wait(self.qp, ordinal, streams, KEEPALIVE) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    self.flush_ack()?;
+                    self.send(&Header::new(Op::KeepAlive), 0, 0)?;
+                }
+                Err(lanes::Wait::Stop) => return Err(End::Quiet),
+                Err(lanes::Wait::Lane(LaneFail::Access)) => {
+                    return Err(End::Nak {
+                        psn,
+                        syndrome: syndrome::REMOTE_ACCESS,
+                    })
+                }
+                Err(lanes::Wait::Lane(LaneFail::Broken)) => return Err(End::Broken),
+                Err(lanes::Wait::Lane(LaneFail::Garbage(g))) => return Err(End::Garbage(g)),
+            }
+        }
     }
 
     /// Consume a receive for a WRITE_WITH_IMM whose bytes are all placed; wait for one

@@ -7,9 +7,10 @@
 //! Rules beyond [`Header::decode`]: only requests (WRITE, READ_REQ) travel on this stream;
 //! PSNs are consecutive; a WRITE's segments are contiguous, in ascending order, with the same
 //! `total`, the `LAST` flag exactly on the segment that ends it, and no empty segment but a
-//! zero-length WRITE's only one; nothing else starts inside a WRITE.
+//! zero-length WRITE's only one or a striped WRITE's first (its first `striped_bytes` travel
+//! on the lanes); nothing else starts inside a WRITE.
 
-use super::wire::{flags, Header, Op, WireError, HEADER_LEN, MAX_SEGMENT_BYTES};
+use super::wire::{flags, striped_bytes, Header, Op, WireError, HEADER_LEN, MAX_SEGMENT_BYTES};
 
 /// Why a request stream is refused (the queue pair goes to ERR).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -101,6 +102,10 @@ impl RequestSeq {
     }
 
     fn write_segment(&mut self, h: &Header) -> Result<Step, StreamError> {
+        if h.has(flags::LANE) {
+            // A lane's frame never travels on the main stream.
+            return Err(StreamError::OutOfOrder(*h));
+        }
         let first = h.has(flags::FIRST);
         let span = if first {
             if self.write.is_some() {
@@ -120,6 +125,23 @@ impl RequestSeq {
                 _ => return Err(StreamError::OutOfOrder(*h)),
             }
         };
+        if h.has(flags::STRIPED) {
+            // Its first `striped_bytes` come over the lanes; this frame carries none.
+            let striped = striped_bytes(h.total, h.lanes);
+            if striped == 0 {
+                return Err(StreamError::DoesNotFit(*h));
+            }
+            let next = span.start + striped;
+            self.write = Some(Span { next, ..span });
+            return Ok(Step::Write {
+                start: span.start,
+                end: span.end,
+                from: next,
+                to: next,
+                first: true,
+                last: false,
+            });
+        }
         let len = h.len as u64;
         let rest = span.end - span.next;
         let last = len == rest;
@@ -170,6 +192,7 @@ pub fn decode_stream(bytes: &[u8]) -> (Vec<(Header, Step, &[u8])>, Option<Stream
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::sock::wire::STRIPE_MIN;
 
     fn write(psn: u32, fl: u8, raddr: u64, total: u64, len: u32) -> [u8; HEADER_LEN] {
         let mut h = Header::new(Op::Write);
@@ -179,6 +202,56 @@ mod tests {
         h.total = total;
         h.len = len;
         h.to_bytes()
+    }
+
+    /// A striped WRITE on the main stream: the STRIPED frame covers the lanes' bytes, the
+    /// segments that follow start after them; a STRIPED frame for a WRITE too small to stripe
+    /// and a lane's frame are refused.
+    #[test]
+    fn a_striped_write_resumes_after_the_lanes_share() {
+        let total = 1u64 << 20;
+        let striped = striped_bytes(total, 4);
+        let mut st = Header::new(Op::Write);
+        (st.flags, st.raddr, st.total, st.imm, st.lanes) =
+            (flags::FIRST | flags::STRIPED, 0x1000, total, 1, 4);
+        let mut seq = RequestSeq::new();
+        let (_, step) = seq.next(&st.to_bytes()).unwrap();
+        let at = 0x1000 + striped;
+        assert_eq!(
+            step,
+            Step::Write {
+                start: 0x1000,
+                end: 0x1000 + total,
+                from: at,
+                to: at,
+                first: true,
+                last: false
+            }
+        );
+        let rest = (total - striped) as u32;
+        let (_, step) = seq.next(&write(1, flags::LAST, at, total, rest)).unwrap();
+        assert!(matches!(step, Step::Write { last: true, from, .. } if from == at));
+        // Resuming anywhere else is out of order.
+        let mut seq = RequestSeq::new();
+        seq.next(&st.to_bytes()).unwrap();
+        assert!(matches!(
+            seq.next(&write(1, flags::LAST, 0x1000, total, total as u32)),
+            Err(StreamError::OutOfOrder(_))
+        ));
+        let small = Header {
+            total: STRIPE_MIN - 1,
+            ..st
+        };
+        assert!(matches!(
+            RequestSeq::new().next(&small.to_bytes()),
+            Err(StreamError::DoesNotFit(_))
+        ));
+        let mut lane = Header::new(Op::Write);
+        (lane.flags, lane.raddr, lane.total, lane.len) = (flags::LANE, 0x1000, total, 4096);
+        assert!(matches!(
+            RequestSeq::new().next(&lane.to_bytes()),
+            Err(StreamError::OutOfOrder(_))
+        ));
     }
 
     #[test]

@@ -9,24 +9,48 @@
 //! |-------:|-----:|----------|-------------------------------------------------------------|
 //! | 0      | 1    | op       | [`Op`]                                                      |
 //! | 1      | 1    | flags    | [`flags`] bits allowed for that op                          |
-//! | 2      | 2    | reserved | must be 0                                                   |
+//! | 2      | 2    | lanes    | WRITE with `STRIPED`: streams of the queue pair; else 0     |
 //! | 4      | 4    | rkey     | remote key (WRITE, READ_REQ)                                |
 //! | 8      | 4    | psn      | packet sequence number (see the requester/responder docs)  |
 //! | 12     | 8    | raddr    | WRITE: address of this segment; READ_RESP: offset in read   |
 //! | 20     | 8    | total    | length of the whole work request                            |
 //! | 28     | 4    | len      | payload bytes of this frame                                 |
-//! | 32     | 4    | imm      | WRITE with `IMM`: immediate; NAK: syndrome                  |
+//! | 32     | 4    | imm      | WRITE with `IMM`: immediate; with `STRIPED`: its ordinal;   |
+//! |        |      |          | NAK: syndrome                                               |
+//!
+//! Striping: a queue pair may open up to [`MAX_LANES`]` - 1` extra streams (lanes) to the same
+//! peer queue pair, each starting with a lane hello. A WRITE of at least [`STRIPE_MIN`] bytes
+//! then sends its first [`striped_bytes`] bytes as one WRITE frame per lane (`LANE`, `psn` =
+//! the striped WRITE's ordinal, `raddr`/`total` = the whole WRITE, `imm` = the share's offset
+//! in it, so every stream validates the whole range), and on the main stream a `FIRST | STRIPED` frame without
+//! payload (`imm` = the same ordinal, `lanes` = the number of streams) followed by the rest of
+//! the WRITE as usual. The responder places the rest as it comes, but stores its last word,
+//! delivers its immediate and acknowledges it only once every lane has placed that ordinal's
+//! frame, so all of those still come after all its bytes.
 
 use std::fmt;
 
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 36;
-/// Bytes of the stream hello.
-pub const HELLO_LEN: usize = 24;
 /// Largest payload a frame may carry, whatever the sender's segment size.
 pub const MAX_SEGMENT_BYTES: usize = 16 << 20;
-/// First 8 bytes of every stream ("HASOCK1\0").
-pub const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"HASOCK1\0");
+/// Most streams (main + lanes) one queue pair stripes a WRITE over.
+pub const MAX_LANES: u16 = 8;
+/// Smallest WRITE that is striped: NCCL's full pipeline step (4 MiB buffer / 8 steps);
+/// smaller ones are latency-bound, and the lanes' hand-offs cost them more than they gain
+/// (bench/results/2026-11-27-sock-lanes.md).
+pub const STRIPE_MIN: u64 = 512 << 10;
+
+/// Bytes of a `total`-byte WRITE that go over the lanes of a queue pair with `lanes` streams:
+/// one share of `total / lanes` (in 4 KiB units, at most [`MAX_SEGMENT_BYTES`]) per lane; the
+/// main stream carries the rest, at least a share. 0 = not striped.
+pub fn striped_bytes(total: u64, lanes: u16) -> u64 {
+    if !(2..=MAX_LANES).contains(&lanes) || total < STRIPE_MIN {
+        return 0;
+    }
+    let share = (total / u64::from(lanes)).min(MAX_SEGMENT_BYTES as u64) & !4095;
+    share * u64::from(lanes - 1)
+}
 
 /// Frame operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,7 +86,14 @@ impl Op {
     /// Flag bits this op may carry.
     fn allowed_flags(self) -> u8 {
         match self {
-            Op::Write => flags::FIRST | flags::LAST | flags::IMM | flags::QUIET,
+            Op::Write => {
+                flags::FIRST
+                    | flags::LAST
+                    | flags::IMM
+                    | flags::QUIET
+                    | flags::STRIPED
+                    | flags::LANE
+            }
             Op::ReadResp => flags::FIRST | flags::LAST,
             Op::Ack => flags::WR_DONE,
             Op::ReadReq | Op::Nak | Op::KeepAlive => 0,
@@ -89,6 +120,11 @@ pub mod flags {
     /// waits for its ACK: the responder may leave it to the next ACK it sends (cumulative),
     /// as an RC NIC completes unsignaled work only through a later signaled completion.
     pub const QUIET: u8 = 16;
+    /// WRITE, FIRST segment, no payload: the WRITE's first `striped_bytes` travel on the
+    /// queue pair's lanes (see the module doc).
+    pub const STRIPED: u8 = 32;
+    /// WRITE on a lane, alone: one share of a striped WRITE (see the module doc).
+    pub const LANE: u8 = 64;
 }
 
 /// NAK syndromes (in the `imm` field).
@@ -120,6 +156,8 @@ pub enum WireError {
     Overflow { raddr: u64, total: u64 },
     #[error("bad hello magic {0:#x}")]
     BadMagic(u64),
+    #[error("striped WRITE {0}")]
+    BadStripe(&'static str),
 }
 
 /// A decoded frame header.
@@ -133,14 +171,24 @@ pub struct Header {
     pub total: u64,
     pub len: u32,
     pub imm: u32,
+    /// Streams of the queue pair (`STRIPED` only; else 0).
+    pub lanes: u16,
 }
 
 impl fmt::Debug for Header {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} fl={:#x} rkey={:#x} psn={} raddr={:#x} total={} len={} imm={:#x}",
-            self.op, self.flags, self.rkey, self.psn, self.raddr, self.total, self.len, self.imm
+            "{:?} fl={:#x} rkey={:#x} psn={} raddr={:#x} total={} len={} imm={:#x} lanes={}",
+            self.op,
+            self.flags,
+            self.rkey,
+            self.psn,
+            self.raddr,
+            self.total,
+            self.len,
+            self.imm,
+            self.lanes
         )
     }
 }
@@ -157,6 +205,7 @@ impl Header {
             total: 0,
             len: 0,
             imm: 0,
+            lanes: 0,
         }
     }
 
@@ -168,7 +217,7 @@ impl Header {
     pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
         out[0] = self.op as u8;
         out[1] = self.flags;
-        out[2..4].copy_from_slice(&0u16.to_le_bytes());
+        out[2..4].copy_from_slice(&self.lanes.to_le_bytes());
         out[4..8].copy_from_slice(&self.rkey.to_le_bytes());
         out[8..12].copy_from_slice(&self.psn.to_le_bytes());
         out[12..20].copy_from_slice(&self.raddr.to_le_bytes());
@@ -203,11 +252,12 @@ impl Header {
             total: u64_at(b, 20),
             len: u32_at(b, 28),
             imm: u32_at(b, 32),
+            lanes: reserved,
         };
         if flags & !op.allowed_flags() != 0 {
             return Err(WireError::BadFlags { op, flags });
         }
-        if reserved != 0 {
+        if reserved != 0 && !h.has(flags::STRIPED) {
             return Err(WireError::Reserved(reserved));
         }
         if h.len as usize > max_len {
@@ -227,10 +277,26 @@ impl Header {
             Op::Write => {
                 if h.has(flags::IMM) && !h.has(flags::LAST)
                     || h.has(flags::QUIET) && (!h.has(flags::LAST) || h.has(flags::IMM))
+                    || h.has(flags::STRIPED) && (!h.has(flags::FIRST) || h.has(flags::LAST))
+                    || h.has(flags::LANE) && h.flags != flags::LANE
                 {
                     return Err(WireError::BadFlags { op, flags });
                 }
-                if !h.has(flags::IMM) {
+                if h.has(flags::LANE) {
+                    if h.len == 0 || u64::from(h.imm) + u64::from(h.len) > h.total {
+                        return Err(WireError::BadStripe("lane share outside the WRITE"));
+                    }
+                    h.check_range()?;
+                    return Ok(h);
+                }
+                if h.has(flags::STRIPED) {
+                    if h.len != 0 {
+                        return Err(WireError::BadStripe("frame carries payload"));
+                    }
+                    if h.lanes < 2 || h.lanes > MAX_LANES {
+                        return Err(WireError::BadStripe("lane count out of range"));
+                    }
+                } else if !h.has(flags::IMM) {
                     zero("imm", h.imm as u64)?;
                 }
                 h.check_len_total()?;
@@ -285,48 +351,11 @@ impl Header {
     }
 }
 
-/// First bytes a requester sends on a new stream: which queue pair it wants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hello {
-    pub target_qpn: u32,
-    pub source_qpn: u32,
-    pub target_nonce: u64,
-}
-
-impl Hello {
-    pub fn encode(&self) -> [u8; HELLO_LEN] {
-        let mut b = [0u8; HELLO_LEN];
-        b[0..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
-        b[8..12].copy_from_slice(&self.target_qpn.to_le_bytes());
-        b[12..16].copy_from_slice(&self.source_qpn.to_le_bytes());
-        b[16..24].copy_from_slice(&self.target_nonce.to_le_bytes());
-        b
-    }
-
-    pub fn decode(b: &[u8]) -> Result<Hello, WireError> {
-        if b.len() < HELLO_LEN {
-            return Err(WireError::Short {
-                got: b.len(),
-                need: HELLO_LEN,
-            });
-        }
-        let magic = u64_at(b, 0);
-        if magic != HELLO_MAGIC {
-            return Err(WireError::BadMagic(magic));
-        }
-        Ok(Hello {
-            target_qpn: u32_at(b, 8),
-            source_qpn: u32_at(b, 12),
-            target_nonce: u64_at(b, 16),
-        })
-    }
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
+pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+pub(super) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
@@ -352,6 +381,7 @@ mod tests {
             total: 64,
             len: 64,
             imm: 0x1234_5678,
+            lanes: 0,
         }
     }
 
@@ -432,20 +462,77 @@ mod tests {
     }
 
     #[test]
-    fn hello_roundtrip_and_magic() {
-        let h = Hello {
-            target_qpn: 3,
-            source_qpn: 9,
-            target_nonce: 0x0102_0304_0506_0708,
+    fn striped_bytes_leave_the_main_stream_a_share() {
+        let m = STRIPE_MIN;
+        assert_eq!(striped_bytes(m - 1, 4), 0);
+        assert_eq!(striped_bytes(1 << 30, 1), 0);
+        assert_eq!(striped_bytes(1 << 30, MAX_LANES + 1), 0);
+        assert_eq!(striped_bytes(m, 4), 3 * (m / 4));
+        assert_eq!(striped_bytes(1 << 20, 4), 3 << 18);
+        // Shares are whole 4 KiB pages; the main stream keeps the rest (at least a share).
+        assert_eq!(striped_bytes(m + 4093, 4), 3 * (m / 4));
+        assert_eq!(
+            striped_bytes((3 << 20) + 5, 8),
+            7 * ((((3 << 20) + 5) / 8) & !4095)
+        );
+        // A share is one frame: at most MAX_SEGMENT_BYTES.
+        assert_eq!(striped_bytes(1 << 32, 2), MAX_SEGMENT_BYTES as u64);
+    }
+
+    #[test]
+    fn striped_and_lane_frames_are_checked() {
+        let dec = |h: &Header| Header::decode(&h.to_bytes(), 1 << 24);
+        let mut st = Header::new(Op::Write);
+        (st.flags, st.rkey, st.raddr, st.total, st.imm, st.lanes) =
+            (flags::FIRST | flags::STRIPED, 5, 0x1000, 1 << 20, 9, 4);
+        assert_eq!(dec(&st), Ok(st));
+        for (f, why) in [
+            (flags::STRIPED, "no FIRST"),
+            (flags::FIRST | flags::STRIPED | flags::LAST, "LAST"),
+        ] {
+            let h = Header { flags: f, ..st };
+            assert!(matches!(dec(&h), Err(WireError::BadFlags { .. })), "{why}");
+        }
+        for (h, why) in [
+            (Header { len: 8, ..st }, "payload"),
+            (Header { lanes: 1, ..st }, "1 stream"),
+            (
+                Header {
+                    lanes: MAX_LANES + 1,
+                    ..st
+                },
+                "9 streams",
+            ),
+        ] {
+            assert!(matches!(dec(&h), Err(WireError::BadStripe(_))), "{why}");
+        }
+        // Only a STRIPED frame may say how many streams there are.
+        let h = Header {
+            flags: flags::FIRST,
+            imm: 0,
+            ..st
         };
-        assert_eq!(Hello::decode(&h.encode()), Ok(h));
-        let mut b = h.encode();
-        b[0] ^= 1;
-        assert!(matches!(Hello::decode(&b), Err(WireError::BadMagic(_))));
+        assert_eq!(dec(&h), Err(WireError::Reserved(4)));
+        let mut lane = Header::new(Op::Write);
+        (lane.flags, lane.raddr, lane.total, lane.len, lane.imm) =
+            (flags::LANE, 0x1000, 1 << 20, 4096, (1 << 20) - 4096);
+        assert_eq!(dec(&lane), Ok(lane));
         assert!(matches!(
-            Hello::decode(&b[..5]),
-            Err(WireError::Short { .. })
+            dec(&Header {
+                imm: (1 << 20) - 4095,
+                ..lane
+            }),
+            Err(WireError::BadStripe(_))
         ));
+        assert!(matches!(
+            dec(&Header { len: 0, ..lane }),
+            Err(WireError::BadStripe(_))
+        ));
+        let h = Header {
+            flags: flags::LANE | flags::LAST,
+            ..lane
+        };
+        assert!(matches!(dec(&h), Err(WireError::BadFlags { .. })));
     }
 
     #[test]
@@ -466,7 +553,6 @@ mod tests {
                 prop_assert_eq!(&h.to_bytes()[..], &bytes[..HEADER_LEN]);
                 prop_assert!(h.len as usize <= max);
             }
-            let _ = Hello::decode(&bytes);
         }
 
         #[test]
@@ -475,7 +561,7 @@ mod tests {
             let len = total.min(1 << 20) as u32;
             let h = Header { op: Op::Write,
                              flags: flags::LAST | flags::IMM | if first { flags::FIRST } else { 0 },
-                             rkey, psn, raddr, total, len, imm };
+                             rkey, psn, raddr, total, len, imm, lanes: 0 };
             prop_assert_eq!(Header::decode(&h.to_bytes(), 1 << 20), Ok(h));
         }
     }

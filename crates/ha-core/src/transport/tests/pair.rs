@@ -52,6 +52,7 @@ pub fn sock() -> Arc<dyn Fabric> {
             segment_bytes: 1 << 20,
             inline_bytes: 4 << 10,
             spin: Duration::from_micros(100),
+            lanes: 4,
             limits: Default::default(),
         })
         .unwrap(),

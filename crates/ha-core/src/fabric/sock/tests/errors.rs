@@ -426,7 +426,7 @@ fn garbage_on_reply_stream_fails_the_requester() {
     let (l, ep) = silent_peer();
     let peer = std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
-        let mut hello = [0u8; wire::HELLO_LEN];
+        let mut hello = [0u8; crate::fabric::sock::hello::HELLO_LEN];
         s.read_exact(&mut hello).unwrap();
         assert_eq!(Hello::decode(&hello).unwrap().target_qpn, 1);
         let mut h = Header::new(Op::Ack);

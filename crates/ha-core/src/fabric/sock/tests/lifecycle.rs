@@ -27,6 +27,7 @@ fn devices_config_and_endpoint() {
             segment_bytes: seg,
             inline_bytes: 64 << 10,
             spin: Duration::from_micros(100),
+            lanes: 4,
             limits: Default::default(),
         })
     };

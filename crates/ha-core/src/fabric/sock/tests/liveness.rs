@@ -110,6 +110,7 @@ fn rail_fabric(ip: &str, retry: Duration) -> SockFabric {
         segment_bytes: 1 << 20,
         inline_bytes: 64 << 10,
         spin: Duration::from_micros(100),
+        lanes: 4,
         limits: Default::default(),
     })
     .unwrap()

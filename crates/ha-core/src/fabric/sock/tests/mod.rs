@@ -5,12 +5,14 @@
 mod bench;
 mod data;
 mod errors;
+mod lanes;
 mod lifecycle;
 mod liveness;
 mod rogue;
 mod strangers;
 
-use super::wire::{Header, Hello, Op};
+use super::hello::Hello;
+use super::wire::{Header, Op};
 use super::*;
 use crate::fabric::{
     Access, Completion, CompletionQueue, Doorbell, MemoryRegion, QpCaps, QpState, QueuePair,
@@ -46,6 +48,7 @@ pub(super) fn fabric(retry: Duration, seg: usize) -> SockFabric {
         segment_bytes: seg,
         inline_bytes: 64 << 10,
         spin: Duration::from_micros(100),
+        lanes: 4,
         limits: Default::default(),
     })
     .unwrap()
@@ -218,6 +221,7 @@ pub(super) fn raw_stream_to(ep: &SockEndpoint, nonce: u64) -> TcpStream {
             target_qpn: ep.qpn,
             source_qpn: 4242,
             target_nonce: nonce,
+            lane: 0,
         }
         .encode(),
     )
