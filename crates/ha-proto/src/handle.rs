@@ -22,7 +22,9 @@ pub const HANDLE_MAGIC: u32 = 0x314e_4148; // "HAN1" little-endian
 /// 5: a `sock` responder waiting for a receive sends a keep-alive every 10 ms (was 50), which
 ///    the sender's 25 ms silence floor relies on: an older peer would look silent for 40 ms.
 /// 6: the `sock` eager ring (immediate bit 29).
-/// 7: `sock` frames of unsignaled WRITEs carry `QUIET` (an older responder refuses the bit).
+/// 7: `sock` frames of unsignaled WRITEs carry `QUIET` (an older responder refuses the bit);
+///    `sock` lanes: WRITEs of 512 KiB or more striped over extra streams (lane hellos,
+///    `STRIPED` and `LANE` frames).
 pub const PROTOCOL_VERSION: u16 = 7;
 const BODY_LEN: usize = 35;
 const SCRATCH_OFF: usize = 64;

@@ -27,11 +27,10 @@ pub enum LaneFail {
     Garbage(String),
 }
 
-/// The lanes' shared state (`QpShared::lanes`, condition variable `lanes_cv`).
+/// The lanes' shared state (`QpShared::lanes`; condition variables `lane_jobs_cv` for the
+/// senders, `lanes_cv` for what the placing threads did).
 #[derive(Default)]
 pub struct LaneState {
-    /// Requester: streams in use, main included; 0 = not opened yet, 1 = main stream only.
-    pub streams: u16,
     /// Requester: frames queued per lane.
     pub jobs: Vec<VecDeque<LaneJob>>,
     /// Responder: per lane, the ordinal of the last frame placed.

@@ -13,11 +13,14 @@
 //! The fence and deregistration rules are the main stream's: every copy holds `place` shared
 //! and a pin of its registration; `fail` shuts the lanes down with the other streams.
 
+use super::liveness::{LinkWatch, Liveness};
 use super::net;
 use super::qp_state::QpShared;
 use super::reader::FrameReader;
 use super::rx_watch::RxWatch;
-use super::wire::{flags, psn_le, Header, Op, HEADER_LEN, MAX_LANES, MAX_SEGMENT_BYTES};
+use super::wire::{
+    flags, psn_le, striped_bytes, Header, Op, HEADER_LEN, MAX_LANES, MAX_SEGMENT_BYTES,
+};
 use crate::fabric::counters::Counted;
 use crate::fabric::{Access, QpState, WcStatus};
 use std::collections::VecDeque;
@@ -57,7 +60,7 @@ pub fn open(qp: &Arc<QpShared>, want: u16) -> u16 {
                 for s in &streams {
                     net::shutdown(s.as_raw_fd());
                 }
-                return set_streams(qp, 1);
+                return 1;
             }
         }
     }
@@ -78,14 +81,9 @@ pub fn open(qp: &Arc<QpShared>, want: u16) -> u16 {
     }
     if !ok {
         // The queue pair is dying or out of threads: its lanes end with it.
-        return set_streams(qp, 1);
+        return 1;
     }
-    set_streams(qp, want)
-}
-
-fn set_streams(qp: &QpShared, n: u16) -> u16 {
-    qp.lanes.lock().streams = n;
-    n
+    want
 }
 
 /// Requester: queue frames for the lanes (`jobs[i]` goes to lane `i % lanes + 1`).
@@ -98,7 +96,7 @@ pub fn push(qp: &QpShared, jobs: &mut Vec<(usize, LaneJob)>) {
         st.jobs[lane - 1].push_back(j);
     }
     drop(st);
-    qp.lanes_cv.notify_all();
+    qp.lane_jobs_cv.notify_all();
 }
 
 fn run_sender(qp: Arc<QpShared>, lane: usize, stream: Counted<TcpStream>) {
@@ -113,7 +111,7 @@ fn run_sender(qp: Arc<QpShared>, lane: usize, stream: Counted<TcpStream>) {
                 if let Some(j) = st.jobs[lane - 1].pop_front() {
                     break j;
                 }
-                qp.lanes_cv.wait(&mut st);
+                qp.lane_jobs_cv.wait(&mut st);
             }
         };
         let g = qp.place.read();
@@ -208,9 +206,15 @@ fn place_one(
     let h = Header::decode(&hb, MAX_SEGMENT_BYTES).map_err(|e| LaneFail::Garbage(e.to_string()))?;
     let expected = qp.lanes.lock().placed[lane - 1].wrapping_add(1);
     // (`decode` checked that a LANE frame's share lies inside its WRITE.)
-    if h.op != Op::Write || h.flags != flags::LANE || h.psn != expected {
+    // `decode` checked that the share is one of the WRITE's; it must be this lane's.
+    let share = striped_bytes(h.total, h.lanes) / u64::from(h.lanes - 1);
+    if h.op != Op::Write
+        || h.flags != flags::LANE
+        || h.psn != expected
+        || u64::from(h.imm) / share != lane as u64 - 1
+    {
         return Err(LaneFail::Garbage(format!(
-            "lane frame {h:?}, expected ordinal {expected}"
+            "lane {lane} frame {h:?}, expected ordinal {expected}"
         )));
     }
     // The whole WRITE's range, as the main stream checks it: a WRITE out of bounds is refused
@@ -268,6 +272,35 @@ pub fn wait(qp: &QpShared, ordinal: u32, streams: u16, tick: Duration) -> Result
             return Ok(false);
         }
     }
+}
+
+/// What keeps [`wait`] waiting, when it is more than a slow peer.
+pub enum Stuck {
+    /// This lane (1 ..) has not attached.
+    Unattached(usize),
+    /// An attached lane is dead below the peer's threads: its kernel stopped answering our
+    /// keep-alive probes (a lane's path can die alone, e.g. behind a broken ECMP member).
+    Dead(String),
+}
+
+/// Responder, while [`wait`] waits for the `streams - 1` lanes.
+pub fn stuck(qp: &QpShared, streams: u16, watches: &mut Vec<LinkWatch>) -> Option<Stuck> {
+    let attached = qp.lanes.lock().attached;
+    if let Some(k) = (0..usize::from(streams - 1)).find(|k| attached & (1 << k) == 0) {
+        return Some(Stuck::Unattached(k + 1));
+    }
+    let now = std::time::Instant::now();
+    let ctl = qp.ctl.lock();
+    let inbound = ctl.lane_socks.iter().filter(|(_, out)| !*out);
+    for (k, (s, _)) in inbound.enumerate() {
+        if watches.len() <= k {
+            watches.push(LinkWatch::new(qp.pd.tun.retry_timeout));
+        }
+        if let Liveness::Dead(why) = watches[k].check(s.as_raw_fd(), now) {
+            return Some(Stuck::Dead(format!("lane stream {}: {why}", k + 1)));
+        }
+    }
+    None
 }
 
 /// Why [`wait`] gave up.

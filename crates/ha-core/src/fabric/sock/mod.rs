@@ -6,7 +6,8 @@
 //! keep-alive frames back; B→A the reverse. Each stream starts with a hello naming the target
 //! queue pair (qpn + nonce); the listener hands it over only on a match. Per queue pair there
 //! are up to three threads: the sender (connect + requests), the ack reader (completions,
-//! READ data, retry timer) and the responder (placement, ACKs, READ responses).
+//! READ data, retry timer) and the responder (placement, ACKs, READ responses); lanes (below)
+//! add two per lane.
 //!
 //! Lanes (`lanes.rs`, `HA_NCCL_SOCK_LANES`): one stream carries what one core can push
 //! through the kernel, so a queue pair that sends a WRITE of at least 512 KiB opens up to 7
@@ -30,7 +31,11 @@
 //!
 //! # Placement order guarantees (the transport relies on these)
 //! - WRs of one queue pair are placed at the responder in posting order; a WRITE's segments
-//!   are placed in ascending address order, each segment as one copy from the socket.
+//!   are placed in ascending address order, each segment as one copy from the socket. One
+//!   exception: the lanes' shares of a striped WRITE (≥ 512 KiB) are placed as they arrive,
+//!   possibly before earlier WRs of the queue pair have completed (they land only in the
+//!   registration the whole WRITE was checked against). Its last word, its immediate and its
+//!   completion still come after every one of its bytes and every earlier WR's.
 //! - When a WRITE (or WRITE_WITH_IMM) of at least 8 bytes ends on an 8-byte aligned address,
 //!   its last 8 bytes are stored LAST, with one `AtomicU64` store of `Release` ordering. A
 //!   reader that polls that word with `Acquire` and sees the new value sees the whole write

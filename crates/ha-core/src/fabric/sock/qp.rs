@@ -141,6 +141,7 @@ impl SockQp {
             link: AtomicU8::new(super::qp_state::LINK_UNKNOWN),
             lanes: Mutex::new(Default::default()),
             lanes_cv: Condvar::new(),
+            lane_jobs_cv: Condvar::new(),
             _held: Held::new(Resource::Qp),
         });
         let target: Weak<dyn InboundTarget> = Arc::downgrade(&shared) as Weak<dyn InboundTarget>;
@@ -395,12 +396,12 @@ impl QueuePair for SockQp {
             .iter()
             .filter(|(_, out)| *out)
             .map(|(s, _)| s);
-        let mut silence = None;
-        for s in ctl.out_sock.iter().chain(lanes) {
-            let t = net::tcp_sample(s.as_raw_fd()).ok()?.silence();
-            silence = Some(silence.map_or(t, |m: std::time::Duration| m.max(t)));
-        }
-        silence
+        let main = net::tcp_sample(ctl.out_sock.as_ref()?.as_raw_fd())
+            .ok()?
+            .silence();
+        Some(lanes.fold(main, |m, s| {
+            net::tcp_sample(s.as_raw_fd()).map_or(m, |t| m.max(t.silence()))
+        }))
     }
 
     fn post_recv(&self, wr_id: u64) -> Result<()> {

@@ -59,6 +59,18 @@ pub struct WrEntry {
     pub last_psn: u32,
 }
 
+impl SendQueue {
+    /// Whether a WR in flight waits for an ACK: one that is signaled or not fully emitted.
+    /// Emitted unsignaled WRs (`QUIET`) wait for none: the next ACK due covers them, and
+    /// until then they count as done for the retry timer and a broken stream, as they would
+    /// have been had each got its own ACK.
+    pub fn awaits_ack(&self) -> bool {
+        self.wrs
+            .iter()
+            .any(|e| e.started && (e.wr.signaled || !e.emitted))
+    }
+}
+
 pub struct SendQueue {
     /// Posted, not yet completed, in posting order.
     pub wrs: VecDeque<WrEntry>,
@@ -125,6 +137,7 @@ pub struct QpShared {
     /// Striping over lanes (`lanes.rs`); leaf lock.
     pub lanes: Mutex<LaneState>,
     pub lanes_cv: Condvar,
+    pub lane_jobs_cv: Condvar,
     pub(super) _held: Held,
 }
 
@@ -207,7 +220,7 @@ impl QpShared {
     pub fn link_failed(&self) {
         let fail_now = {
             let mut sq = self.sq.lock();
-            if sq.wrs.is_empty() {
+            if sq.next_send == sq.wrs.len() && !sq.awaits_ack() {
                 sq.link_dead = true;
                 false
             } else {
@@ -235,6 +248,7 @@ impl QpShared {
         }
         drop(self.lanes.lock());
         self.lanes_cv.notify_all();
+        self.lane_jobs_cv.notify_all();
         // Wake waiters before the fence: the sender and a responder waiting for a receive.
         drop(self.sq.lock());
         self.sq_cv.notify_all();

@@ -107,7 +107,7 @@ pub(super) fn has_work(sq: &SendQueue) -> bool {
 /// least [`lanes::STRIPE_MIN`] bytes is striped: its lane frames go to `b.lane_jobs` and a
 /// `STRIPED` frame starts it on the main stream.
 pub(super) fn take_frames(sq: &mut SendQueue, seg: u64, streams: u16, b: &mut Batch) {
-    if !sq.wrs.front().is_some_and(|e| e.started) {
+    if !sq.awaits_ack() {
         // Nothing was outstanding: the retry timer starts now.
         sq.last_progress = Instant::now();
     }
@@ -148,7 +148,7 @@ pub(super) fn take_frames(sq: &mut SendQueue, seg: u64, streams: u16, b: &mut Ba
                     let mut l = Header::new(Op::Write);
                     l.flags = flags::LANE;
                     (l.rkey, l.psn, l.raddr) = (e.wr.rkey, ordinal, e.wr.remote_addr);
-                    (l.total, l.len, l.imm) = (total, share as u32, off as u32);
+                    (l.total, l.len, l.imm, l.lanes) = (total, share as u32, off as u32, streams);
                     let job = LaneJob {
                         hdr: l.to_bytes(),
                         ptr: e.wr.local.addr + off as usize,
@@ -371,10 +371,7 @@ impl Watch for AckWatch<'_> {
         // as a sign of life, like the frames that set `last_progress`.
         let retry = self.qp.pd.tun.retry_timeout;
         let sq = self.qp.sq.lock();
-        if idle > retry
-            && sq.wrs.front().is_some_and(|e| e.started)
-            && sq.last_progress.elapsed() > retry
-        {
+        if idle > retry && sq.awaits_ack() && sq.last_progress.elapsed() > retry {
             // No ACK from the peer's responder for the retry window. RC retries count the
             // peer's NIC, not its threads: while the peer's kernel still answers TCP (a stopped
             // or slow process), keep waiting; only a link that stopped answering fails.

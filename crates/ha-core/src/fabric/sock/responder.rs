@@ -20,7 +20,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// When the responder polls its stream instead of blocking (`Tunables::spin`): after the
 /// second message in a row (the WRITEs up to and including a WRITE_WITH_IMM) of at most
@@ -63,6 +63,9 @@ static ACKS_SENT: AtomicU64 = AtomicU64::new(0);
 pub fn acks_sent() -> u64 {
     ACKS_SENT.load(Ordering::Relaxed)
 }
+
+/// Retry windows a striped WRITE waits for a lane that never attached.
+const LANE_ATTACH_WINDOWS: u32 = 10;
 
 /// Coalesced ACKs are sent at least every this many frames.
 const ACK_EVERY: u32 = 64;
@@ -384,13 +387,36 @@ impl Responder<'_> {
     /// Wait until every lane placed its share of striped WRITE `ordinal` (whose last frame is
     /// `psn`), sending keep-alives meanwhile: this stream is not read while it waits, and its
     /// kernel holds back the acknowledgements of what keeps arriving (as in [`deliver_imm`]).
+    /// A lane that never attached ends it after [`LANE_ATTACH_WINDOWS`] retry windows (the
+    /// peer opens its lanes before its first striped WRITE), one whose path died below the
+    /// peer's threads after a retry window: then the stream is hung up (`End::Broken`).
     fn wait_for_lanes(&mut self, ordinal: u32, streams: u16, psn: u32) -> Result<(), End> {
+        let since = Instant::now();
+        let mut watches = Vec::new();
         loop {
             match lanes::wait(self.qp, ordinal, streams, KEEPALIVE) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {
                     self.flush_ack()?;
                     self.send(&Header::new(Op::KeepAlive), 0, 0)?;
+                    let waited = since.elapsed();
+                    let retry = self.qp.pd.tun.retry_timeout;
+                    if waited > retry {
+                        match lanes::stuck(self.qp, streams, &mut watches) {
+                            Some(lanes::Stuck::Unattached(k))
+                                if waited > retry * LANE_ATTACH_WINDOWS =>
+                            {
+                                return Err(End::Garbage(format!(
+                                    "striped WRITE over {streams} streams: lane {k} never attached"
+                                )));
+                            }
+                            Some(lanes::Stuck::Dead(why)) => {
+                                tracing::info!("sock: qp {}: {why}", self.qp.qpn);
+                                return Err(End::Broken);
+                            }
+                            _ => {}
+                        }
+                    }
                 }
                 Err(lanes::Wait::Stop) => return Err(End::Quiet),
                 Err(lanes::Wait::Lane(LaneFail::Access)) => {

@@ -29,6 +29,8 @@ pub enum StreamError {
     OutOfOrder(Header),
     #[error("WRITE segment {0:?} does not fit")]
     DoesNotFit(Header),
+    #[error("striped WRITE ordinal {got}, expected {expected}")]
+    Ordinal { got: u32, expected: u32 },
 }
 
 /// What one frame of a request stream asks for.
@@ -62,6 +64,8 @@ struct Span {
 pub struct RequestSeq {
     expected_psn: u32,
     write: Option<Span>,
+    /// Ordinal of the last striped WRITE (they count up from 1).
+    stripe_ordinal: u32,
 }
 
 impl RequestSeq {
@@ -131,6 +135,14 @@ impl RequestSeq {
             if striped == 0 {
                 return Err(StreamError::DoesNotFit(*h));
             }
+            let expected = self.stripe_ordinal.wrapping_add(1);
+            if h.imm != expected {
+                return Err(StreamError::Ordinal {
+                    got: h.imm,
+                    expected,
+                });
+            }
+            self.stripe_ordinal = expected;
             let next = span.start + striped;
             self.write = Some(Span { next, ..span });
             return Ok(Step::Write {
@@ -238,6 +250,30 @@ mod tests {
             seq.next(&write(1, flags::LAST, 0x1000, total, total as u32)),
             Err(StreamError::OutOfOrder(_))
         ));
+        // The next striped WRITE must be ordinal 2: not 1 again, not one from long ago.
+        let mut seq = RequestSeq::new();
+        seq.next(&st.to_bytes()).unwrap();
+        seq.next(&write(1, flags::LAST, at, total, rest)).unwrap();
+        for bad in [1, 0x8000_0001] {
+            let h = Header {
+                psn: 2,
+                imm: bad,
+                ..st
+            };
+            assert_eq!(
+                seq.clone().next(&h.to_bytes()),
+                Err(StreamError::Ordinal {
+                    got: bad,
+                    expected: 2
+                })
+            );
+        }
+        let h = Header {
+            psn: 2,
+            imm: 2,
+            ..st
+        };
+        assert!(seq.next(&h.to_bytes()).is_ok());
         let small = Header {
             total: STRIPE_MIN - 1,
             ..st
@@ -247,7 +283,9 @@ mod tests {
             Err(StreamError::DoesNotFit(_))
         ));
         let mut lane = Header::new(Op::Write);
-        (lane.flags, lane.raddr, lane.total, lane.len) = (flags::LANE, 0x1000, total, 4096);
+        let share = (striped / 3) as u32;
+        (lane.flags, lane.raddr, lane.total, lane.len, lane.lanes) =
+            (flags::LANE, 0x1000, total, share, 4);
         assert!(matches!(
             RequestSeq::new().next(&lane.to_bytes()),
             Err(StreamError::OutOfOrder(_))

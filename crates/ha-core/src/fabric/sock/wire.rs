@@ -1,4 +1,4 @@
-//! Wire format of the `sock` fabric: the stream hello and the fixed 36-byte frame header.
+//! Wire format of the `sock` fabric: the fixed 36-byte frame header (the hello: `hello.rs`).
 //!
 //! Pure code (no I/O): everything a peer sends is decoded here into typed values or a typed
 //! [`WireError`], so garbage from the network can never reach memory placement.
@@ -22,7 +22,9 @@
 //! peer queue pair, each starting with a lane hello. A WRITE of at least [`STRIPE_MIN`] bytes
 //! then sends its first [`striped_bytes`] bytes as one WRITE frame per lane (`LANE`, `psn` =
 //! the striped WRITE's ordinal, `raddr`/`total` = the whole WRITE, `imm` = the share's offset
-//! in it, so every stream validates the whole range), and on the main stream a `FIRST | STRIPED` frame without
+//! in it, `lanes` = the number of streams: every stream validates the whole range, and a share
+//! is exactly the one the layout gives that lane), and on the main stream a `FIRST | STRIPED`
+//! frame without
 //! payload (`imm` = the same ordinal, `lanes` = the number of streams) followed by the rest of
 //! the WRITE as usual. The responder places the rest as it comes, but stores its last word,
 //! delivers its immediate and acknowledges it only once every lane has placed that ordinal's
@@ -257,7 +259,7 @@ impl Header {
         if flags & !op.allowed_flags() != 0 {
             return Err(WireError::BadFlags { op, flags });
         }
-        if reserved != 0 && !h.has(flags::STRIPED) {
+        if reserved != 0 && !h.has(flags::STRIPED) && !h.has(flags::LANE) {
             return Err(WireError::Reserved(reserved));
         }
         if h.len as usize > max_len {
@@ -283,8 +285,16 @@ impl Header {
                     return Err(WireError::BadFlags { op, flags });
                 }
                 if h.has(flags::LANE) {
-                    if h.len == 0 || u64::from(h.imm) + u64::from(h.len) > h.total {
-                        return Err(WireError::BadStripe("lane share outside the WRITE"));
+                    // Exactly one of the shares `striped_bytes` lays out: never the main
+                    // stream's part (nor its last word).
+                    let striped = striped_bytes(h.total, h.lanes);
+                    let share = striped / u64::from(h.lanes.max(2) - 1);
+                    if share == 0
+                        || u64::from(h.len) != share
+                        || u64::from(h.imm) % share != 0
+                        || u64::from(h.imm) >= striped
+                    {
+                        return Err(WireError::BadStripe("lane frame is not one of its shares"));
                     }
                     h.check_range()?;
                     return Ok(h);
@@ -513,21 +523,43 @@ mod tests {
             ..st
         };
         assert_eq!(dec(&h), Err(WireError::Reserved(4)));
+        // 1 MiB over 4 streams: 256 KiB shares at 0, 256 and 512 KiB; the main keeps the rest.
         let mut lane = Header::new(Op::Write);
-        (lane.flags, lane.raddr, lane.total, lane.len, lane.imm) =
-            (flags::LANE, 0x1000, 1 << 20, 4096, (1 << 20) - 4096);
+        (
+            lane.flags, lane.raddr, lane.total, lane.len, lane.imm, lane.lanes,
+        ) = (flags::LANE, 0x1000, 1 << 20, 256 << 10, 512 << 10, 4);
         assert_eq!(dec(&lane), Ok(lane));
-        assert!(matches!(
-            dec(&Header {
-                imm: (1 << 20) - 4095,
-                ..lane
-            }),
-            Err(WireError::BadStripe(_))
-        ));
-        assert!(matches!(
-            dec(&Header { len: 0, ..lane }),
-            Err(WireError::BadStripe(_))
-        ));
+        for (h, why) in [
+            (
+                Header {
+                    imm: 768 << 10,
+                    ..lane
+                },
+                "the main stream's part",
+            ),
+            (
+                Header {
+                    imm: (256 << 10) + 4096,
+                    ..lane
+                },
+                "between shares",
+            ),
+            (Header { len: 4096, ..lane }, "part of a share"),
+            (Header { len: 0, ..lane }, "empty"),
+            (Header { lanes: 1, ..lane }, "1 stream"),
+            (Header { lanes: 0, ..lane }, "no stream count"),
+            (
+                Header {
+                    total: STRIPE_MIN - 1,
+                    len: 4096,
+                    imm: 0,
+                    ..lane
+                },
+                "too small to stripe",
+            ),
+        ] {
+            assert!(matches!(dec(&h), Err(WireError::BadStripe(_))), "{why}");
+        }
         let h = Header {
             flags: flags::LANE | flags::LAST,
             ..lane

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::fabric::sock::striped_writes;
-use crate::fabric::sock::wire::STRIPE_MIN;
+use crate::fabric::sock::wire::{flags, striped_bytes, STRIPE_MIN};
 
 /// WRITE_WITH_IMMs below, at and well above the striping size, to unaligned addresses, in one
 /// post behind an unsignaled striped WRITE: every byte lands, nothing past the end, each
@@ -129,5 +129,61 @@ fn a_striped_write_out_of_bounds_is_refused_whole() {
     assert!(
         dst.bytes().iter().all(|&x| x == 0xEE),
         "a refused WRITE placed bytes"
+    );
+}
+
+/// A rogue peer announces a WRITE striped over 4 streams but never opens a lane: the
+/// responder places the main stream's share, waits (keep-alives going out meanwhile), then
+/// ends the queue pair after ten retry windows. The WRITE never completes: its receive is
+/// flushed and its last word was never stored.
+#[test]
+fn a_striped_write_whose_lanes_never_come_fails_the_queue_pair() {
+    let _l = TEST_LOCK.read();
+    let retry = Duration::from_millis(250);
+    let f = fabric(retry, 1 << 20);
+    let (_peer, ep) = silent_peer();
+    let v = lone_rts(&f, CAPS, &ep);
+    const LEN: usize = 1 << 20;
+    let mem = Buf::new(LEN, 0xEE);
+    let mr = v.reg(&mem, Access::REMOTE_WRITE);
+    v.qp.post_recv(1).unwrap();
+    let mut s = raw_stream_to(&v.ep(), v.ep().nonce);
+    let striped = striped_bytes(LEN as u64, 4);
+    let mut st = Header::new(Op::Write);
+    (st.flags, st.rkey, st.raddr, st.total, st.imm, st.lanes) = (
+        flags::FIRST | flags::STRIPED,
+        mr.keys().rkey,
+        mem.addr() as u64,
+        LEN as u64,
+        1,
+        4,
+    );
+    let mut rest = Header::new(Op::Write);
+    (rest.flags, rest.rkey, rest.psn, rest.raddr, rest.total) = (
+        flags::LAST | flags::IMM,
+        mr.keys().rkey,
+        1,
+        mem.addr() as u64 + striped,
+        LEN as u64,
+    );
+    rest.len = (LEN as u64 - striped) as u32;
+    rest.imm = 9;
+    let mut frames = st.to_bytes().to_vec();
+    frames.extend_from_slice(&rest.to_bytes());
+    frames.extend(std::iter::repeat_n(0x5a, rest.len as usize));
+    s.write_all(&frames).unwrap();
+    let started = Instant::now();
+    assert_eq!(statuses(&v.wait(1)), vec![(1, WcStatus::WrFlushErr)]);
+    let took = started.elapsed();
+    assert!(took >= retry * 10, "gave up after {took:?}");
+    assert_eq!(v.qp.state(), QpState::Err);
+    let b = mem.bytes();
+    assert!(
+        b[..striped as usize].iter().all(|&x| x == 0xEE),
+        "lane shares appeared"
+    );
+    assert!(
+        b[LEN - 8..].iter().all(|&x| x == 0xEE),
+        "the last word was stored"
     );
 }
