@@ -7,7 +7,7 @@
 
 use super::lanes::{self, LaneFail};
 use super::liveness::LinkWatch;
-use super::mr::MrEntry;
+use super::mr::{MrEntry, MrPin};
 use super::net;
 use super::qp_state::QpShared;
 use super::reader::{Abort, FrameReader};
@@ -88,6 +88,27 @@ enum End {
     Garbage(String),
     /// Refuse frame `psn` with `syndrome`, then the queue pair goes to ERR.
     Nak { psn: u32, syndrome: u32 },
+}
+
+/// Hold `place` shared and pin `mr` for a copy into or out of it for request `psn`: `Quiet`
+/// once the queue pair is dead (the fence has passed or is waiting), a NAK with the access
+/// syndrome when the registration went away meanwhile.
+fn hold<'q>(
+    qp: &'q QpShared,
+    mr: Option<&Arc<MrEntry>>,
+    psn: u32,
+) -> Result<(parking_lot::RwLockReadGuard<'q, ()>, MrPin), End> {
+    let g = qp.place.read();
+    if qp.dead() {
+        return Err(End::Quiet);
+    }
+    match mr.and_then(|m| m.pin()) {
+        Some(pin) => Ok((g, pin)),
+        None => Err(End::Nak {
+            psn,
+            syndrome: syndrome::REMOTE_ACCESS,
+        }),
+    }
 }
 
 /// The WRITE being placed (its sequencing is in [`RequestSeq`]).
@@ -291,17 +312,8 @@ impl Responder<'_> {
         };
         let len = b - a;
         if len > 0 {
-            let g = qp.place.read();
-            if qp.dead() {
-                return Err(End::Quiet);
-            }
-            let Some(pin) = c.mr.as_ref().and_then(|m| m.pin()) else {
-                // Deregistered between two segments of this WRITE.
-                return Err(End::Nak {
-                    psn: h.psn,
-                    syndrome: syndrome::REMOTE_ACCESS,
-                });
-            };
+            // (A NAK when it was deregistered between two segments of this WRITE.)
+            let (g, pin) = hold(qp, c.mr.as_ref(), h.psn)?;
             let body_end = b.min(c.tail_start);
             let mut w = RxWatch {
                 qp,
@@ -351,16 +363,7 @@ impl Responder<'_> {
             let (tail_start, end, tail, mr) = (c.tail_start, c.end, c.tail, c.mr.clone());
             self.wait_for_lanes(ordinal, streams, h.psn)?;
             if tail_start < end {
-                let g = qp.place.read();
-                if qp.dead() {
-                    return Err(End::Quiet);
-                }
-                let Some(pin) = mr.as_ref().and_then(|m| m.pin()) else {
-                    return Err(End::Nak {
-                        psn: h.psn,
-                        syndrome: syndrome::REMOTE_ACCESS,
-                    });
-                };
+                let (g, pin) = hold(qp, mr.as_ref(), h.psn)?;
                 // SAFETY: as above: aligned, inside the pinned registration, under `place`.
                 let word = unsafe { AtomicU64::from_ptr(tail_start as *mut u64) };
                 word.store(u64::from_ne_bytes(tail), Ordering::Release);
@@ -485,16 +488,7 @@ impl Responder<'_> {
                 r.flags |= flags::LAST;
             }
             if n > 0 {
-                let g = qp.place.read();
-                if qp.dead() {
-                    return Err(End::Quiet);
-                }
-                let Some(pin) = mr.as_ref().and_then(|m| m.pin()) else {
-                    return Err(End::Nak {
-                        psn: h.psn,
-                        syndrome: syndrome::REMOTE_ACCESS,
-                    });
-                };
+                let (g, pin) = hold(qp, mr.as_ref(), h.psn)?;
                 // The payload is read by sendmsg from [raddr+off, +n), inside the pinned
                 // registration with REMOTE_READ (validate).
                 let res = self.send(&r, (h.raddr + off) as usize, n as usize);
