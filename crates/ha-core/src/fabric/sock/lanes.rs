@@ -246,6 +246,12 @@ fn place_one(
         drop(g);
         r.map_err(|_| LaneFail::Broken)?;
     }
+    if !rd.header_ready() {
+        // This thread never writes to its stream, so nothing carries the kernel's ACK of what
+        // it read: have it sent now, not after the delayed-ACK timer (up to 200 ms; the sender
+        // would count the wait as a silent link).
+        net::quickack(fd);
+    }
     qp.lanes.lock().placed[lane - 1] = h.psn;
     qp.lanes_cv.notify_all();
     Ok(())

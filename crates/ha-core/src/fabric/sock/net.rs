@@ -209,6 +209,12 @@ pub fn tcp_sample(fd: RawFd) -> io::Result<TcpSample> {
     })
 }
 
+/// Have the kernel acknowledge what arrived on `fd` now instead of delaying the ACK (Linux
+/// holds it up to 200 ms on a stream whose reader sends nothing back). Best effort.
+pub fn quickack(fd: RawFd) {
+    let _ = setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+}
+
 /// Traffic class of a stream's packets: `IP_TOS` (IPv4) or `IPV6_TCLASS` (IPv6). For TCP the
 /// kernel keeps managing the two ECN bits itself; the DSCP bits are `tc`'s.
 pub fn set_traffic_class(s: &TcpStream, tc: u8) -> io::Result<()> {

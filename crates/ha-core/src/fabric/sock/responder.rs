@@ -198,9 +198,16 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
 impl Responder<'_> {
     fn serve(&mut self) -> End {
         loop {
-            if self.pending_due && !self.rd.header_ready() {
-                if let Err(e) = self.flush_ack() {
-                    return e;
+            if self.pending.is_some() && !self.rd.header_ready() {
+                if self.pending_due {
+                    if let Err(e) = self.flush_ack() {
+                        return e;
+                    }
+                } else {
+                    // No ACK frame to carry the kernel's acknowledgement of what was read:
+                    // have it sent now, not after the delayed-ACK timer (up to 200 ms on a
+                    // stream this thread never writes to), or the peer's stream looks silent.
+                    net::quickack(self.fd);
                 }
             }
             let mut w = RxWatch {
