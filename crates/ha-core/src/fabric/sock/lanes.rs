@@ -13,7 +13,8 @@
 //! The fence and deregistration rules are the main stream's: every copy holds `place` shared
 //! and a pin of its registration; `fail` shuts the lanes down with the other streams.
 
-use super::liveness::{LinkWatch, Liveness};
+use super::links::LaneLinks;
+use super::liveness::Liveness;
 use super::net;
 use super::qp_state::QpShared;
 use super::reader::FrameReader;
@@ -101,6 +102,7 @@ pub fn push(qp: &QpShared, jobs: &mut Vec<(usize, LaneJob)>) {
 
 fn run_sender(qp: Arc<QpShared>, lane: usize, stream: Counted<TcpStream>) {
     let fd = stream.as_raw_fd();
+    let mut pins = Vec::with_capacity(1);
     loop {
         let job = {
             let mut st = qp.lanes.lock();
@@ -114,13 +116,7 @@ fn run_sender(qp: Arc<QpShared>, lane: usize, stream: Counted<TcpStream>) {
                 qp.lane_jobs_cv.wait(&mut st);
             }
         };
-        let g = qp.place.read();
-        if qp.dead() {
-            return;
-        }
-        let Some(pin) = job.mr.pin() else {
-            drop(g);
-            qp.fail(Some(WcStatus::LocProtErr));
+        let Some(g) = qp.hold_sources(std::slice::from_ref(&job.mr), &mut pins) else {
             return;
         };
         let mut iovs = [
@@ -128,7 +124,7 @@ fn run_sender(qp: Arc<QpShared>, lane: usize, stream: Counted<TcpStream>) {
             net::iov(job.ptr as *const u8, job.len),
         ];
         let r = net::sendmsg_all(fd, &mut iovs);
-        drop(pin);
+        pins.clear();
         drop(g);
         if let Err(e) = r {
             if !qp.dead() {
@@ -219,10 +215,9 @@ fn place_one(
     }
     // The whole WRITE's range, as the main stream checks it: a WRITE out of bounds is refused
     // by every stream, so none of its bytes land.
-    let mr = match qp.pd.mrs.get(h.rkey) {
-        Some(e) if e.access.contains(Access::REMOTE_WRITE) && e.contains(h.raddr, h.total) => e,
-        _ => return Err(LaneFail::Access),
-    };
+    let mr = qp
+        .remote_region(h.rkey, h.raddr, h.total, Access::REMOTE_WRITE)
+        .ok_or(LaneFail::Access)?;
     let at = h.raddr + u64::from(h.imm);
     {
         let g = qp.place.read();
@@ -290,23 +285,15 @@ pub enum Stuck {
 }
 
 /// Responder, while [`wait`] waits for the `streams - 1` lanes.
-pub fn stuck(qp: &QpShared, streams: u16, watches: &mut Vec<LinkWatch>) -> Option<Stuck> {
+pub fn stuck(qp: &QpShared, streams: u16, inbound: &mut LaneLinks) -> Option<Stuck> {
     let attached = qp.lanes.lock().attached;
     if let Some(k) = (0..usize::from(streams - 1)).find(|k| attached & (1 << k) == 0) {
         return Some(Stuck::Unattached(k + 1));
     }
-    let now = std::time::Instant::now();
-    let ctl = qp.ctl.lock();
-    let inbound = ctl.lane_socks.iter().filter(|(_, out)| !*out);
-    for (k, (s, _)) in inbound.enumerate() {
-        if watches.len() <= k {
-            watches.push(LinkWatch::new(qp.pd.tun.retry_timeout));
-        }
-        if let Liveness::Dead(why) = watches[k].check(s.as_raw_fd(), now) {
-            return Some(Stuck::Dead(format!("lane stream {}: {why}", k + 1)));
-        }
+    match inbound.check(qp, std::time::Instant::now()) {
+        Liveness::Dead(why) => Some(Stuck::Dead(why)),
+        Liveness::Alive => None,
     }
-    None
 }
 
 /// Why [`wait`] gave up.

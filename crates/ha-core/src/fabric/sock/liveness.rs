@@ -51,11 +51,6 @@ impl LinkWatch {
         }
     }
 
-    /// The window it was made with.
-    pub fn window(&self) -> Duration {
-        self.window
-    }
-
     /// Sample stream `fd` and judge it.
     pub fn check(&mut self, fd: RawFd, now: Instant) -> Liveness {
         match net::tcp_sample(fd) {

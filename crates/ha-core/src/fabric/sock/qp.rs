@@ -391,11 +391,7 @@ impl QueuePair for SockQp {
         // Under `ctl`, so the stream cannot be closed (and its descriptor reused) meanwhile.
         // The lanes' too: striped bytes may wait there while the main stream's are through.
         let ctl = self.shared.ctl.lock();
-        let lanes = ctl
-            .lane_socks
-            .iter()
-            .filter(|(_, out)| *out)
-            .map(|(s, _)| s);
+        let lanes = ctl.lanes(true);
         let main = net::tcp_sample(ctl.out_sock.as_ref()?.as_raw_fd())
             .ok()?
             .silence();

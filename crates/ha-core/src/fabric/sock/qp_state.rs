@@ -8,7 +8,7 @@
 use super::cq::SockCq;
 use super::domain::PdShared;
 use super::lane_state::LaneState;
-use super::mr::MrEntry;
+use super::mr::{MrEntry, MrPin};
 use super::net;
 use super::wire::psn_le;
 use super::{spawn, SockEndpoint};
@@ -95,6 +95,16 @@ pub struct TxState {
     /// The unsent rest of a batch a posting thread began without blocking (already copied
     /// out of local memory).
     pub tail: Vec<u8>,
+}
+
+impl Control {
+    /// The lane streams of one direction (`outbound`: the ones this queue pair writes).
+    pub(super) fn lanes(&self, outbound: bool) -> impl Iterator<Item = &Counted<TcpStream>> {
+        self.lane_socks
+            .iter()
+            .filter(move |(_, out)| *out == outbound)
+            .map(|(s, _)| s)
+    }
 }
 
 pub struct Control {
@@ -338,6 +348,47 @@ impl QpShared {
             }
             Err(_) => false,
         }
+    }
+
+    /// Before reading local memory onto a stream: hold `place` shared (the fence waits for the
+    /// copy) and pin each source registration into `pins`. `None` when the queue pair is dead,
+    /// or was just failed (`LocProtErr`) because a registration vanished under a posted WR.
+    pub(super) fn hold_sources(
+        &self,
+        mrs: &[Arc<MrEntry>],
+        pins: &mut Vec<MrPin>,
+    ) -> Option<parking_lot::RwLockReadGuard<'_, ()>> {
+        let g = self.place.read();
+        if self.dead() {
+            return None;
+        }
+        for m in mrs {
+            match m.pin() {
+                Some(p) => pins.push(p),
+                None => {
+                    pins.clear();
+                    drop(g);
+                    self.fail(Some(WcStatus::LocProtErr));
+                    return None;
+                }
+            }
+        }
+        Some(g)
+    }
+
+    /// The registration `rkey` names, if it grants `access` over `[raddr, raddr + total)`
+    /// (what a responder checks before it touches memory for a request).
+    pub(super) fn remote_region(
+        &self,
+        rkey: u32,
+        raddr: u64,
+        total: u64,
+        access: Access,
+    ) -> Option<Arc<MrEntry>> {
+        self.pd
+            .mrs
+            .get(rkey)
+            .filter(|e| e.access.contains(access) && e.contains(raddr, total))
     }
 
     /// Local check of a send WR: `(registration, failure status)`.

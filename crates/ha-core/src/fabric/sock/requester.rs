@@ -228,22 +228,7 @@ pub(super) fn write_batch(
     iovs: &mut Vec<libc::iovec>,
     tail: Option<&mut Vec<u8>>,
 ) -> Result<(), WriteFail> {
-    let g = qp.place.read();
-    if qp.dead() {
-        return Err(WriteFail::Dead);
-    }
-    for m in &b.mrs {
-        match m.pin() {
-            Some(p) => pins.push(p),
-            None => {
-                // A source registration vanished under an outstanding WR.
-                pins.clear();
-                drop(g);
-                qp.fail(Some(WcStatus::LocProtErr));
-                return Err(WriteFail::Dead);
-            }
-        }
-    }
+    let g = qp.hold_sources(&b.mrs, pins).ok_or(WriteFail::Dead)?;
     iovs.clear();
     for f in &b.frames {
         iovs.push(net::iov(f.hdr.as_ptr(), HEADER_LEN));

@@ -6,6 +6,7 @@
 //! marked `QUIET`, unsignaled WRITEs, wait for the next ACK due, at most [`ACK_EVERY`] frames).
 
 use super::lanes::{self, LaneFail};
+use super::links::LaneLinks;
 use super::liveness::LinkWatch;
 use super::mr::{MrEntry, MrPin};
 use super::net;
@@ -260,6 +261,13 @@ impl Responder<'_> {
         net::sendmsg_all(self.fd, &mut iovs[..n]).map_err(|_| End::Quiet)
     }
 
+    /// Tell the peer this responder lives while it does not read its stream: the pending ACK,
+    /// then a keep-alive (both carry the kernel's acknowledgement of what arrived meanwhile).
+    fn keep_alive(&mut self) -> Result<(), End> {
+        self.flush_ack()?;
+        self.send(&Header::new(Op::KeepAlive), 0, 0)
+    }
+
     fn flush_ack(&mut self) -> Result<(), End> {
         self.pending_due = false;
         if let Some((psn, done)) = self.pending.take() {
@@ -281,9 +289,9 @@ impl Responder<'_> {
             // Zero-length requests touch no memory and check no key (as in verbs).
             return Ok(None);
         }
-        match self.qp.pd.mrs.get(h.rkey) {
-            Some(e) if e.access.contains(access) && e.contains(h.raddr, h.total) => Ok(Some(e)),
-            _ => Err(End::Nak {
+        match self.qp.remote_region(h.rkey, h.raddr, h.total, access) {
+            Some(e) => Ok(Some(e)),
+            None => Err(End::Nak {
                 psn: h.psn,
                 syndrome: syndrome::REMOTE_ACCESS,
             }),
@@ -402,17 +410,16 @@ impl Responder<'_> {
     /// peer's threads after a retry window: then the stream is hung up (`End::Broken`).
     fn wait_for_lanes(&mut self, ordinal: u32, streams: u16, psn: u32) -> Result<(), End> {
         let since = Instant::now();
-        let mut watches = Vec::new();
+        let mut inbound = LaneLinks::new(self.qp.pd.tun.retry_timeout, false);
         loop {
             match lanes::wait(self.qp, ordinal, streams, KEEPALIVE) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {
-                    self.flush_ack()?;
-                    self.send(&Header::new(Op::KeepAlive), 0, 0)?;
+                    self.keep_alive()?;
                     let waited = since.elapsed();
                     let retry = self.qp.pd.tun.retry_timeout;
                     if waited > retry {
-                        match lanes::stuck(self.qp, streams, &mut watches) {
+                        match lanes::stuck(self.qp, streams, &mut inbound) {
                             Some(lanes::Stuck::Unattached(k))
                                 if waited > retry * LANE_ATTACH_WINDOWS =>
                             {
@@ -460,10 +467,7 @@ impl Responder<'_> {
                 return Ok(());
             }
             if qp.rq_cv.wait_for(&mut rq, KEEPALIVE).timed_out() && !qp.dead() {
-                let r = parking_lot::MutexGuard::unlocked(&mut rq, || {
-                    self.flush_ack()?;
-                    self.send(&Header::new(Op::KeepAlive), 0, 0)
-                });
+                let r = parking_lot::MutexGuard::unlocked(&mut rq, || self.keep_alive());
                 r?;
             }
         }
