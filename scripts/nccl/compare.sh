@@ -10,6 +10,8 @@
 #   dir must be an MPI=1 build): the plugin on the two `sock` rails, NCCL Socket on the
 #   out-of-band veth pair (same kind of link).
 # COMPARE_ONLY=ha|socket|tuned runs one side (the table uses whichever logs are in OUT_DIR).
+# NCCL_DEBUG_SUBSYS (default INIT,NET): add TUNING to log each collective's algorithm, protocol
+#   and channels (rank 0).
 # One GPU only: scripts/nccl/compare-1gpu.sh (two ranks share it).
 # PLUGIN_DIR: the folder holding libnccl-net-ha.so (default dist/).
 # Needs dist/libnccl-net-ha.so (scripts/build.sh). Extra all_reduce_perf flags: $PERF_ARGS
@@ -21,7 +23,7 @@ out=${2:-$here/bench/out}
 mkdir -p "$out"
 mode=${COMPARE_MODE:-g2}
 only=${COMPARE_ONLY:-both}
-common=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET)
+common=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO "NCCL_DEBUG_SUBSYS=${NCCL_DEBUG_SUBSYS:-INIT,NET}")
 case "$mode" in
   g2) launch=(); args=${PERF_ARGS:--b 8 -e 1G -f 4 -g 2 -c 1}; common+=(NCCL_SOCKET_IFNAME=lo) ;;
   2proc) launch=("$here/scripts/nccl/mpi-netns.sh"); args=${PERF_ARGS:--b 8 -e 1G -f 4 -g 1 -c 1} ;;

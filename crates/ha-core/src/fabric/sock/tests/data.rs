@@ -458,3 +458,48 @@ fn unsignaled_writes_are_acknowledged_with_the_next_signaled_one() {
     assert_eq!(a.wait(n as usize).len(), n as usize);
     assert_eq!((a.qp.state(), b.qp.state()), (QpState::Rts, QpState::Rts));
 }
+
+/// Like the peer's responder for the data, the ack reader polls for the next ACK after the
+/// ACKs of two small messages in a row; a large message's ACK does not start it, nor does the
+/// small one right after it.
+#[test]
+fn the_ack_reader_polls_after_small_messages_in_a_row() {
+    // Alone: the poll counter is process-wide.
+    let _l = TEST_LOCK.write();
+    let (_f, a, b) = pair(LONG, 1 << 20);
+    const LARGE: usize = 64 << 10;
+    let mut src = Buf::new(LARGE, 0);
+    src.pattern(5);
+    let dst = Buf::new(LARGE, 0);
+    let ms = a.reg(&src, Access::LOCAL_WRITE);
+    let md = b.reg(&dst, Access::REMOTE_WRITE);
+    let send = |id: u64, len: usize| {
+        b.qp.post_recv(id).unwrap();
+        let w = wr(
+            id,
+            SendOp::WriteWithImm(id as u32),
+            (&src, 0, len, ms.keys().lkey),
+            dst.addr(),
+            md.keys().rkey,
+        );
+        a.qp.post_send(&[w]).unwrap();
+        assert_eq!(statuses(&a.wait(1)), vec![(id, WcStatus::Success)]);
+        let rc = b.wait(1);
+        assert_eq!((rc[0].wr_id, rc[0].byte_len), (id, len as u32));
+        assert!(dst.bytes()[..len] == src.bytes()[..len]);
+    };
+    let before = ack_polls();
+    // Polls start after the 2nd and 3rd small messages, not after the large 4th.
+    for (id, len) in [(1, 8), (2, 8), (3, 4096), (4, LARGE)] {
+        send(id, len);
+    }
+    // The ack reader handles ACKs in order: the large one's completion means the small ones'
+    // decisions are made, and the large one never starts a poll.
+    assert_eq!(ack_polls() - before, 2);
+    // After a large message: the first small one does not, the second does.
+    for (id, len) in [(5, 8), (6, 8), (7, LARGE)] {
+        send(id, len);
+    }
+    assert_eq!(ack_polls() - before, 3);
+    assert_eq!((a.qp.state(), b.qp.state()), (QpState::Rts, QpState::Rts));
+}
