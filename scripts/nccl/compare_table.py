@@ -7,12 +7,19 @@ Per size and column: the median out-of-place time over the column's logs (rounds
 (`socket` or `tuned`, median time; > 1 means faster). #wrong is summed over every log.
 """
 import statistics
+import re
 import sys
+
+
+# NCCL's own log lines (NCCL_DEBUG=INFO, e.g. TUNING's one per collective) can land in the middle
+# of a result row: both go to stdout. Cut them out before parsing.
+NCCL_LINE = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL INFO [^\n]*\n")
 
 
 def rows(path):
     out, wrong = {}, 0
-    for line in open(path, errors="replace"):
+    text = NCCL_LINE.sub("", open(path, errors="replace").read())
+    for line in text.splitlines():
         f = line.split()
         if len(f) >= 13 and f[0].isdigit() and f[2] in ("float", "half", "bfloat16", "double", "int32", "int8", "uint8"):
             out[int(f[0])] = (float(f[5]), float(f[7]))

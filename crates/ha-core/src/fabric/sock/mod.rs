@@ -116,7 +116,6 @@ mod requester;
 mod responder;
 mod rx_watch;
 pub mod sequence;
-mod spin_rule;
 pub mod wire;
 
 #[cfg(test)]
@@ -126,7 +125,6 @@ pub use cq::{pause_polling, reset_stats as reset_cq_stats, stats as cq_stats, Cq
 pub use lanes::striped_writes;
 pub use listener::pending_hellos;
 pub use qp::inline_stats;
-pub use requester::ack_polls;
 pub use responder::acks_sent;
 
 use crate::fabric::{

@@ -43,17 +43,6 @@ pub(super) fn state_from_u8(v: u8) -> QpState {
     }
 }
 
-/// What [`QpShared::retire_through`] took off the send queue.
-#[derive(Default)]
-pub struct Retired {
-    /// Bytes of the retired WRs.
-    pub bytes: u64,
-    /// One of them was a WRITE_WITH_IMM (it ended a message).
-    pub imm: bool,
-    /// The status of a failed-local-check WR now at the front, if any.
-    pub bad: Option<WcStatus>,
-}
-
 /// One posted send WR until it completes.
 pub struct WrEntry {
     pub wr: SendWr,
@@ -217,9 +206,8 @@ impl QpShared {
     }
 
     /// Complete (Success, signaled only) every emitted WR whose last frame is at or before
-    /// `psn`: what was retired, and the status of a failed-local-check WR now at the front.
-    pub fn retire_through(&self, sq: &mut SendQueue, psn: u32) -> Retired {
-        let mut r = Retired::default();
+    /// `psn`. Returns the status of a failed-local-check WR now at the front, if any.
+    pub fn retire_through(&self, sq: &mut SendQueue, psn: u32) -> Option<WcStatus> {
         let mut n = 0;
         while let Some(e) = sq.wrs.front() {
             if !(e.emitted && psn_le(e.last_psn, psn)) {
@@ -227,8 +215,6 @@ impl QpShared {
             }
             let e = sq.wrs.pop_front().expect("front exists");
             n += 1;
-            r.bytes = r.bytes.saturating_add(e.wr.local.len as u64);
-            r.imm |= matches!(e.wr.op, SendOp::WriteWithImm(_));
             if e.wr.signaled {
                 self.push_send(&e.wr, WcStatus::Success);
             }
@@ -237,8 +223,7 @@ impl QpShared {
         if n > 0 {
             sq.last_progress = Instant::now();
         }
-        r.bad = sq.wrs.front().and_then(|e| e.bad);
-        r
+        sq.wrs.front().and_then(|e| e.bad)
     }
 
     /// The outbound stream is gone: fail now if anything is posted, else arm `link_dead`.

@@ -17,22 +17,14 @@ use super::mr::{MrEntry, MrPin};
 use super::net;
 use super::qp_state::{QpShared, SendQueue, LINK_ALIVE, LINK_DEAD};
 use super::reader::{Abort, FrameReader, Watch};
-use super::spin_rule::SpinRule;
 use super::wire::{flags, striped_bytes, syndrome, Header, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
 use crate::fabric::counters::{self, Counted};
 use crate::fabric::{SendOp, WcStatus};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-static ACK_POLLS: AtomicU64 = AtomicU64::new(0);
-
-/// Process-wide: how often an ack reader started polling for the next ACK.
-pub fn ack_polls() -> u64 {
-    ACK_POLLS.load(Ordering::Relaxed)
-}
 
 /// Most frames gathered into one `sendmsg`.
 pub(super) const MAX_BATCH: usize = 64;
@@ -405,7 +397,7 @@ struct ReadCtx {
 }
 
 fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
-    let mut rd = FrameReader::new(stream.as_raw_fd(), qp.pd.tun.spin);
+    let mut rd = FrameReader::new(stream.as_raw_fd(), Duration::ZERO);
     let mut link = Links::new(qp.pd.tun.retry_timeout);
     let end = ack_loop(&qp, &mut rd, &mut link, stream.as_raw_fd());
     match end {
@@ -439,7 +431,6 @@ fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
 
 fn ack_loop(qp: &QpShared, rd: &mut FrameReader, link: &mut Links, fd: RawFd) -> End {
     let mut cur: Option<ReadCtx> = None;
-    let mut spin = SpinRule::default();
     loop {
         let mut w = AckWatch {
             qp,
@@ -463,20 +454,8 @@ fn ack_loop(qp: &QpShared, rd: &mut FrameReader, link: &mut Links, fd: RawFd) ->
                 let mut sq = qp.sq.lock();
                 sq.last_progress = Instant::now();
                 if h.op == Op::Ack {
-                    let r = qp.retire_through(&mut sq, h.psn);
-                    drop(sq);
-                    if let Some(st) = r.bad {
+                    if let Some(st) = qp.retire_through(&mut sq, h.psn) {
                         return End::Fail(st);
-                    }
-                    // The ACK of a latency-bound collective's step: the next one comes within
-                    // one step, so poll for it (as the peer's responder polls for the data).
-                    if spin.write_starts(r.bytes) {
-                        rd.stop_spinning();
-                    }
-                    spin.write_done(r.bytes);
-                    if r.imm && spin.message_done() && !qp.pd.tun.spin.is_zero() {
-                        ACK_POLLS.fetch_add(1, Ordering::Relaxed);
-                        rd.spin_a_while();
                     }
                 }
                 Ok(())
@@ -512,7 +491,7 @@ fn on_read_resp(
         }
         let mut sq = qp.sq.lock();
         sq.last_progress = Instant::now();
-        if let Some(st) = qp.retire_through(&mut sq, h.psn.wrapping_sub(1)).bad {
+        if let Some(st) = qp.retire_through(&mut sq, h.psn.wrapping_sub(1)) {
             return Err(End::Fail(st));
         }
         let e = match sq.wrs.front() {
@@ -585,7 +564,7 @@ fn on_read_resp(
         *cur = None;
         let mut sq = qp.sq.lock();
         sq.last_progress = Instant::now();
-        if let Some(st) = qp.retire_through(&mut sq, h.psn).bad {
+        if let Some(st) = qp.retire_through(&mut sq, h.psn) {
             return Err(End::Fail(st));
         }
     }
