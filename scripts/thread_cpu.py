@@ -9,6 +9,11 @@ system, softirq, idle, in cores), then per process the threads grouped by name w
 dropped (e.g. every `sock-tx-N` together) and the busiest single threads, in cores (1.00 = one
 core all the time) with their voluntary context switches per second (each is a sleep, so a
 wake-up follows). A thread at ~1.00 is the limit of whatever it alone carries.
+
+--wchan: during the window, keep reading each thread's /proc/.../wchan (the kernel function it
+sleeps in, "0" while running) and print, for the threads that sleep, where they were found
+asleep (share of the samples): e.g. a socket wait (`wait_woken`, `sk_wait_data`) vs a lock or
+condition variable (`futex_wait_queue`) tells which wait a wake-up ends.
 """
 import argparse
 import os
@@ -67,18 +72,41 @@ def threads(pid):
     return d
 
 
+def sample_wchan(ps, until):
+    """tid -> {wait channel: samples}, reading every thread's wchan until `until`."""
+    paths = []
+    for p in ps:
+        try:
+            paths += [(int(t), f"/proc/{p}/task/{t}/wchan") for t in os.listdir(f"/proc/{p}/task")]
+        except OSError:
+            pass
+    out = {}
+    while time.monotonic() < until:
+        for tid, path in paths:
+            try:
+                with open(path) as f:
+                    w = f.read().strip() or "0"
+            except OSError:
+                continue
+            h = out.setdefault(tid, {})
+            h[w] = h.get(w, 0) + 1
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--match", default="all_reduce_perf")
     ap.add_argument("--delay", type=float, default=3.0)
     ap.add_argument("--window", type=float, default=2.0)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--wchan", action="store_true", help="sample where each thread sleeps")
     a = ap.parse_args()
     time.sleep(a.delay)
     ps = pids(a.match)
     h0, t0 = host_cpu(), time.monotonic()
     s0 = {p: threads(p) for p in ps}
-    time.sleep(a.window)
+    chans = sample_wchan(ps, t0 + a.window) if a.wchan else {}
+    time.sleep(max(0.0, t0 + a.window - time.monotonic()))
     h1, t1 = host_cpu(), time.monotonic()
     s1 = {p: threads(p) for p in ps}
     span = (t1 - t0) * TICK
@@ -102,6 +130,16 @@ def main():
         for name, tid, c, w in sorted(rows, key=lambda r: -r[2])[: a.top]:
             if c >= 0.01:
                 print(f"    {name:<18} {tid:>8} {c:.2f} {w:9.0f} sleeps/s")
+        if a.wchan:
+            print("  where the threads that sleep were found asleep (share of samples):")
+            for name, tid, c, w in sorted(rows, key=lambda r: -r[3])[: a.top]:
+                h = chans.get(tid, {})
+                n = sum(h.values())
+                if w < 1 or not n:
+                    continue
+                top = sorted(h.items(), key=lambda kv: -kv[1])[:3]
+                where = ", ".join(f"{k} {v / n:.0%}" for k, v in top)
+                print(f"    {name:<18} {tid:>8} {w:9.0f} sleeps/s  {where}")
 
 
 if __name__ == "__main__":

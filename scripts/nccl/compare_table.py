@@ -5,6 +5,9 @@
 Per size and column: the median out-of-place time over the column's logs (rounds) with its
 [min..max]; then, for every column that is not Socket, its speed against the better Socket column
 (`socket` or `tuned`, median time; > 1 means faster). #wrong is summed over every log.
+When the logs hold NCCL's TUNING lines (NCCL_DEBUG_SUBSYS=...,TUNING), a second table gives
+NCCL's choice per size and column: algorithm, protocol and channels (first log of the column):
+a column that NCCL splits over more channels pays more per-message costs at mid sizes.
 """
 import statistics
 import re
@@ -14,6 +17,17 @@ import sys
 # NCCL's own log lines (NCCL_DEBUG=INFO, e.g. TUNING's one per collective) can land in the middle
 # of a result row: both go to stdout. Cut them out before parsing.
 NCCL_LINE = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL INFO [^\n]*\n")
+TUNING = re.compile(r"AllReduce: (\d+) Bytes -> Algo (\w+) proto (\w+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
+
+
+def choices(path):
+    """size -> "ALGO/PROTO/Nch" from the first TUNING line of each size in `path`."""
+    out = {}
+    for m in TUNING.finditer(open(path, errors="replace").read()):
+        size = int(m.group(1))
+        if size not in out:
+            out[size] = f"{m.group(2)}/{m.group(3)}/{int(m.group(5)) - int(m.group(4)) + 1}ch"
+    return out
 
 
 def rows(path):
@@ -35,10 +49,14 @@ def human(n):
 
 
 cols = []
+picked = {}
 for arg in sys.argv[1:]:
     name, logs = arg.split("=", 1)
-    runs = [rows(p) for p in logs.split(",") if p]
+    paths = [p for p in logs.split(",") if p]
+    runs = [rows(p) for p in paths]
     cols.append((name, [r for r, _ in runs], sum(w for _, w in runs)))
+    if paths:
+        picked[name] = choices(paths[0])
 sizes = sorted({s for _, runs, _ in cols for r in runs for s in r})
 med = {}
 for name, runs, _ in cols:
@@ -66,3 +84,10 @@ print("rounds: " + ", ".join(f"{n} {len(runs)}" for n, runs, _ in cols)
 print("busbw at the largest size (GB/s, median): " + ", ".join(
     f"{n} {statistics.median([r[sizes[-1]][1] for r in runs if sizes[-1] in r]):.2f}"
     for n, runs, _ in cols if any(sizes[-1] in r for r in runs)))
+if any(picked.values()):
+    named = [n for n, _, _ in cols if picked.get(n)]
+    print()
+    print("| size | " + " | ".join(f"{n}: NCCL's choice" for n in named) + " |")
+    print("|---:|" + "---|" * len(named))
+    for s in sizes:
+        print(f"| {human(s)} | " + " | ".join(picked[n].get(s, "-") for n in named) + " |")
