@@ -481,6 +481,8 @@ impl QueuePair for VerbsQp {
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: live QP; `chain` and `sges` outlive the call; the chain ends in null.
         let rc = unsafe { ffi::post_send(self.qp, base, &mut bad) };
+        // The post's own cost (on rxe it includes the kernel's send processing).
+        crate::fabric::stages::mark("verbs_posted", rc as u64);
         match rc {
             0 => Ok(()),
             libc::ENOMEM => Err(FabricError::QueueFull(
