@@ -35,6 +35,18 @@ impl Hello {
         b
     }
 
+    /// Whether `prefix`, the first bytes read of a stream, can still be a hello (a main
+    /// stream's or a lane's): the listener drops a stream as soon as this is false.
+    pub fn may_start(prefix: &[u8]) -> bool {
+        let m = prefix.len().min(8);
+        if prefix[..m] == HELLO_MAGIC.to_le_bytes()[..m] {
+            return true;
+        }
+        let l = prefix.len().min(7);
+        prefix[..l] == LANE_MAGIC[..l]
+            && (prefix.len() < 8 || (prefix[7] >= 1 && u16::from(prefix[7]) < MAX_LANES))
+    }
+
     pub fn decode(b: &[u8]) -> Result<Hello, WireError> {
         if b.len() < HELLO_LEN {
             return Err(WireError::Short {
@@ -71,6 +83,32 @@ mod tests {
                 prop_assert_eq!(&h.encode()[..], &bytes[..HELLO_LEN]);
             }
         }
+    }
+
+    /// Finding: the listener checked every partial read against the main stream's magic only,
+    /// so a lane hello split after its 7th byte was dropped (and its queue pair failed).
+    #[test]
+    fn every_prefix_of_a_hello_may_start_one_and_strangers_do_not() {
+        for lane in [0u8, 1, 7] {
+            let h = Hello {
+                target_qpn: 3,
+                source_qpn: 4,
+                target_nonce: 5,
+                lane,
+            };
+            let b = h.encode();
+            for n in 1..=HELLO_LEN {
+                assert!(
+                    Hello::may_start(&b[..n]),
+                    "lane {lane}: prefix of {n} bytes"
+                );
+            }
+        }
+        assert!(!Hello::may_start(b"GET / HT"));
+        assert!(!Hello::may_start(b"HASOCK2"));
+        // A lane index out of range is refused as soon as it arrives.
+        assert!(!Hello::may_start(b"HASOCKL\0"));
+        assert!(!Hello::may_start(b"HASOCKL\x08"));
     }
 
     #[test]

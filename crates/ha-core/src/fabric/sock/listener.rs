@@ -9,7 +9,7 @@
 //! spends microseconds in the set, while silent strangers are the ones that linger.
 
 use super::domain::PdShared;
-use super::hello::{Hello, HELLO_LEN, HELLO_MAGIC};
+use super::hello::{Hello, HELLO_LEN};
 use super::net;
 use super::{spawn, Tunables};
 use crate::fabric::counters::{self, Counted, Held, Resource};
@@ -171,8 +171,7 @@ fn read_hello(p: &mut Pending) -> HelloRead {
                     return HelloRead::Done;
                 }
                 // The magic comes first: a stream that does not start with it is no peer.
-                let m = p.got.min(8);
-                if p.hello[..m] != HELLO_MAGIC.to_le_bytes()[..m] {
+                if !Hello::may_start(&p.hello[..p.got]) {
                     return HelloRead::Drop;
                 }
             }
