@@ -51,10 +51,7 @@ pub(super) fn connect_stream(qp: &QpShared, lane: u8) -> Option<Counted<TcpStrea
         let attempt = net::connect_from(qp.pd.ip, dst, attempt_deadline, &|| qp.dead())
             .map(counters::socket)
             .and_then(|mut s| {
-                net::tune_stream(&s, tun.ack_tick())?;
-                if let Some(tc) = qp.traffic_class() {
-                    net::set_traffic_class(&s, tc)?;
-                }
+                qp.tune(&s, tun.ack_tick())?;
                 s.write_all(&hello)?;
                 Ok(s)
             });

@@ -20,10 +20,10 @@ use super::qp_state::QpShared;
 use super::reader::FrameReader;
 use super::rx_watch::RxWatch;
 use super::wire::{
-    flags, psn_le, striped_bytes, Header, Op, HEADER_LEN, MAX_LANES, MAX_SEGMENT_BYTES,
+    flags, psn_le, stripe_share, Header, Op, HEADER_LEN, MAX_LANES, MAX_SEGMENT_BYTES,
 };
 use crate::fabric::counters::Counted;
-use crate::fabric::{Access, QpState, WcStatus};
+use crate::fabric::{Access, WcStatus};
 use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -45,10 +45,11 @@ pub(super) fn count_striped() {
     STRIPED.fetch_add(1, Relaxed);
 }
 
-/// Requester: open `want - 1` lanes (called by the sender thread holding no lock) and return
-/// the number of streams to stripe over: `want`, or 1 when any lane could not be opened.
-pub fn open(qp: &Arc<QpShared>, want: u16) -> u16 {
-    let want = want.min(MAX_LANES);
+/// Requester: open `HA_NCCL_SOCK_LANES - 1` lanes (called by the sender thread holding no
+/// lock) and return the number of streams to stripe over: all of them, or 1 when any lane
+/// could not be opened.
+pub fn open(qp: &Arc<QpShared>) -> u16 {
+    let want = qp.pd.tun.lanes.min(MAX_LANES);
     let mut streams = Vec::new();
     for lane in 1..want {
         match super::connect::connect_stream(qp, lane as u8) {
@@ -69,25 +70,21 @@ pub fn open(qp: &Arc<QpShared>, want: u16) -> u16 {
         let mut st = qp.lanes.lock();
         st.jobs = (1..want).map(|_| VecDeque::new()).collect();
     }
-    let mut ok = true;
     for (i, s) in streams.into_iter().enumerate() {
         let lane = i + 1;
-        ok &= qp.add_lane_stream(&s, true)
+        let started = qp.add_lane_stream(&s, true)
             && qp.add_thread(format!("sock-ltx-{}-{lane}", qp.qpn), move |q| {
                 run_sender(q, lane, s)
             });
-        if !ok {
-            break;
+        if !started {
+            // The queue pair is dying or out of threads: its lanes end with it.
+            return 1;
         }
-    }
-    if !ok {
-        // The queue pair is dying or out of threads: its lanes end with it.
-        return 1;
     }
     want
 }
 
-/// Requester: queue frames for the lanes (`jobs[i]` goes to lane `i % lanes + 1`).
+/// Requester: queue frames for the lanes, each `(lane, frame)` onto that lane's queue.
 pub fn push(qp: &QpShared, jobs: &mut Vec<(usize, LaneJob)>) {
     if jobs.is_empty() {
         return;
@@ -149,18 +146,14 @@ pub fn attach(qp: &Arc<QpShared>, s: Counted<TcpStream>, lane: u8) -> bool {
     if !qp.add_lane_stream(&s, false) {
         return false;
     }
-    let mut stream = Some(s);
     qp.add_thread(format!("sock-lrx-{}-{lane}", qp.qpn), move |q| {
-        run_responder(q, lane as usize, stream.take().expect("stream"))
+        run_responder(q, lane as usize, s)
     })
 }
 
 fn run_responder(qp: Arc<QpShared>, lane: usize, stream: Counted<TcpStream>) {
-    {
-        let mut ctl = qp.ctl.lock();
-        while !qp.dead() && qp.state() < QpState::Rtr {
-            qp.ctl_cv.wait_for(&mut ctl, Duration::from_millis(200));
-        }
+    if !qp.wait_rtr() {
+        return;
     }
     let fd = stream.as_raw_fd();
     let mut rd = FrameReader::new(fd, Duration::ZERO);
@@ -201,9 +194,8 @@ fn place_one(
     let hb = rd.next_header(&mut w).map_err(|_| LaneFail::Broken)?;
     let h = Header::decode(&hb, MAX_SEGMENT_BYTES).map_err(|e| LaneFail::Garbage(e.to_string()))?;
     let expected = qp.lanes.lock().placed[lane - 1].wrapping_add(1);
-    // (`decode` checked that a LANE frame's share lies inside its WRITE.)
     // `decode` checked that the share is one of the WRITE's; it must be this lane's.
-    let share = striped_bytes(h.total, h.lanes) / u64::from(h.lanes - 1);
+    let share = stripe_share(h.total, h.lanes);
     if h.op != Op::Write
         || h.flags != flags::LANE
         || h.psn != expected

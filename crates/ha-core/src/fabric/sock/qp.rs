@@ -34,13 +34,8 @@ impl InboundTarget for QpShared {
             return false;
         }
         if hello.lane > 0 {
-            if net::tune_stream(&s, self.pd.tun.rx_tick()).is_err() {
+            if self.tune(&s, self.pd.tun.rx_tick()).is_err() {
                 return false;
-            }
-            if let Some(tc) = self.caps.traffic_class {
-                if net::set_traffic_class(&s, tc).is_err() {
-                    return false;
-                }
             }
             return super::lanes::attach(&self, s, hello.lane);
         }
@@ -49,13 +44,8 @@ impl InboundTarget for QpShared {
             if self.dead() || ctl.inbound_attached {
                 return false;
             }
-            if net::tune_stream(&s, self.pd.tun.rx_tick()).is_err() {
+            if self.tune(&s, self.pd.tun.rx_tick()).is_err() {
                 return false;
-            }
-            if let Some(tc) = self.caps.traffic_class {
-                if net::set_traffic_class(&s, tc).is_err() {
-                    return false;
-                }
             }
             match counters::try_clone_stream(&s) {
                 Ok(c) => {

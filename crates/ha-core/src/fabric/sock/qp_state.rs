@@ -21,7 +21,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub(super) fn state_to_u8(s: QpState) -> u8 {
     match s {
@@ -64,10 +64,13 @@ impl SendQueue {
     /// Emitted unsignaled WRs (`QUIET`) wait for none: the next ACK due covers them, and
     /// until then they count as done for the retry timer and a broken stream, as they would
     /// have been had each got its own ACK.
+    /// WRs start in posting order, so the started ones are a prefix of the queue: the scan
+    /// stops at the first one not started (not at the queue's end, which may hold hundreds).
     pub fn awaits_ack(&self) -> bool {
         self.wrs
             .iter()
-            .any(|e| e.started && (e.wr.signaled || !e.emitted))
+            .take_while(|e| e.started)
+            .any(|e| e.wr.signaled || !e.emitted)
     }
 }
 
@@ -156,9 +159,29 @@ pub(super) const LINK_ALIVE: u8 = 1;
 pub(super) const LINK_DEAD: u8 = 2;
 
 impl QpShared {
-    /// The traffic class asked at creation (`QpCaps`).
-    pub fn traffic_class(&self) -> Option<u8> {
-        self.caps.traffic_class
+    /// Tune a stream of this queue pair (main or lane, either direction): its socket options
+    /// with receive timeout `tick`, and the traffic class asked at creation (`QpCaps`).
+    pub fn tune(&self, s: &TcpStream, tick: Duration) -> std::io::Result<()> {
+        net::tune_stream(s, tick)?;
+        if let Some(tc) = self.caps.traffic_class {
+            net::set_traffic_class(s, tc)?;
+        }
+        Ok(())
+    }
+
+    /// Wait until the queue pair reaches RTR (a responder places nothing before); `false`
+    /// when it died first.
+    pub fn wait_rtr(&self) -> bool {
+        let mut ctl = self.ctl.lock();
+        loop {
+            if self.dead() {
+                return false;
+            }
+            if self.state() >= QpState::Rtr {
+                return true;
+            }
+            self.ctl_cv.wait_for(&mut ctl, Duration::from_millis(200));
+        }
     }
 
     pub fn state(&self) -> QpState {

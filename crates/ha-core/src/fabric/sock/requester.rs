@@ -17,7 +17,9 @@ use super::mr::{MrEntry, MrPin};
 use super::net;
 use super::qp_state::{QpShared, SendQueue, LINK_ALIVE, LINK_DEAD};
 use super::reader::{Abort, FrameReader, Watch};
-use super::wire::{flags, striped_bytes, syndrome, Header, Op, HEADER_LEN, MAX_SEGMENT_BYTES};
+use super::wire::{
+    flags, stripe_share, striped_bytes, syndrome, Header, Op, HEADER_LEN, MAX_SEGMENT_BYTES,
+};
 use crate::fabric::counters::{self, Counted};
 use crate::fabric::{SendOp, WcStatus};
 use std::net::TcpStream;
@@ -125,6 +127,12 @@ pub(super) fn take_frames(sq: &mut SendQueue, seg: u64, streams: u16, b: &mut Ba
         h.psn = psn;
         let total = e.wr.local.len as u64;
         h.total = total;
+        // A WRITE not begun yet goes over the lanes, one share each, if it is large enough.
+        let share = if e.sent == 0 {
+            stripe_share(total, streams)
+        } else {
+            0
+        };
         let (ptr, len);
         match e.wr.op {
             SendOp::Read => {
@@ -133,22 +141,18 @@ pub(super) fn take_frames(sq: &mut SendQueue, seg: u64, streams: u16, b: &mut Ba
                 (ptr, len) = (0, 0);
                 e.emitted = true;
             }
-            SendOp::Write | SendOp::WriteWithImm(_)
-                if e.sent == 0 && striped_bytes(e.wr.local.len as u64, streams) > 0 =>
-            {
-                let total = e.wr.local.len as u64;
+            SendOp::Write | SendOp::WriteWithImm(_) if share > 0 => {
                 let striped = striped_bytes(total, streams);
-                let share = striped / u64::from(streams - 1);
                 let ordinal = sq.stripe_ordinal.wrapping_add(1);
                 sq.stripe_ordinal = ordinal;
                 lanes::count_striped();
                 let mr = e.mr.as_ref().expect("checked at post");
                 for lane in 1..usize::from(streams) {
                     let off = share * (lane as u64 - 1);
-                    let mut l = Header::new(Op::Write);
+                    let mut l = h;
                     l.flags = flags::LANE;
-                    (l.rkey, l.psn, l.raddr) = (e.wr.rkey, ordinal, e.wr.remote_addr);
-                    (l.total, l.len, l.imm, l.lanes) = (total, share as u32, off as u32, streams);
+                    (l.psn, l.raddr) = (ordinal, e.wr.remote_addr);
+                    (l.len, l.imm, l.lanes) = (share as u32, off as u32, streams);
                     let job = LaneJob {
                         hdr: l.to_bytes(),
                         ptr: e.wr.local.addr + off as usize,
@@ -290,7 +294,7 @@ fn send_loop(qp: &Arc<QpShared>, stream: &TcpStream) {
             streams == 0 && next_is_large(&sq)
         };
         if open_lanes {
-            streams = lanes::open(qp, qp.pd.tun.lanes);
+            streams = lanes::open(qp);
         }
         let mut tx = qp.tx.lock();
         {

@@ -16,7 +16,7 @@ use super::rx_watch::RxWatch;
 use super::sequence::{RequestSeq, Step};
 use super::wire::{flags, syndrome, Header, Op, HEADER_LEN};
 use crate::fabric::counters::Counted;
-use crate::fabric::{Access, QpState, WcStatus};
+use crate::fabric::{Access, WcStatus};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -141,17 +141,8 @@ struct Responder<'a> {
 
 /// Responder thread body.
 pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
-    {
-        let mut ctl = qp.ctl.lock();
-        loop {
-            if qp.dead() {
-                return;
-            }
-            if qp.state() >= QpState::Rtr {
-                break;
-            }
-            qp.ctl_cv.wait_for(&mut ctl, Duration::from_millis(200));
-        }
+    if !qp.wait_rtr() {
+        return;
     }
     let fd = stream.as_raw_fd();
     let mut r = Responder {
