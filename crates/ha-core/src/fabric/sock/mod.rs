@@ -67,6 +67,11 @@
 //!   least [`liveness::PROBE_GRACE`], 3 s: a live peer's kernel rate-limits its answers to
 //!   them) — with no acknowledgement arriving. `TCP_INFO` is sampled on
 //!   every idle tick (`ack_tick`), so the window counts from when TCP started waiting.
+//!   A reader with nothing to watch (no WR awaiting its answer, no frame half read) for four
+//!   ticks in a row waits with the long `idle_tick` (≤ 1 s) until its next byte: an idle
+//!   connection's threads wake about once a second, not 8–20 times
+//!   (bench/results/2026-11-27-sock-idle-ticks.md); a link that died meanwhile is judged at
+//!   most that much later once a WR is posted.
 //! - *Kernel keep-alive* is on for every stream (probe after 1 s of silence, every 1 s): a
 //!   stream whose bytes were all acknowledged but whose answer never came (the peer's process
 //!   stopped, then the link died) still sees its probes go unanswered. `TCP_USER_TIMEOUT` is
@@ -187,6 +192,17 @@ impl Tunables {
     /// Receive timeout of the responder: how often it checks for a stalled frame.
     pub fn rx_tick(&self) -> Duration {
         (self.retry_timeout / 4).clamp(Duration::from_millis(10), Duration::from_millis(200))
+    }
+    /// Receive timeout of a reader with nothing to watch (no answer awaited, no frame half
+    /// read) for a few ticks: twice the retry window, at most 1 s, never below the short
+    /// ticks. An idle queue pair's threads then wake about once a second; a link that dies
+    /// while idle is found at most this much later once something is posted (the transport's
+    /// silence check, which samples `TCP_INFO` itself, is not delayed).
+    pub fn idle_tick(&self) -> Duration {
+        (self.retry_timeout * 2)
+            .min(Duration::from_secs(1))
+            .max(self.ack_tick())
+            .max(self.rx_tick())
     }
 }
 

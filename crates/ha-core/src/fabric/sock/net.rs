@@ -90,6 +90,26 @@ pub fn tune_stream(s: &TcpStream, tick: Duration) -> io::Result<()> {
     keepalive(s.as_raw_fd())
 }
 
+/// Change the receive timeout of `fd` (`SO_RCVTIMEO`; a `recv` already waiting keeps the
+/// one it started with).
+pub fn set_recv_timeout(fd: RawFd, t: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_usec: t.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: `tv` outlives the call and the length passed is its size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv as *const libc::timeval as *const libc::c_void,
+            mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
 /// Seconds of silence from the peer before the kernel probes it (`TCP_KEEPIDLE`), and between
 /// probes (`TCP_KEEPINTVL`): the smallest the kernel takes.
 const KEEPALIVE_SECS: libc::c_int = 1;

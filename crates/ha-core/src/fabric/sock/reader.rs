@@ -34,6 +34,28 @@ pub trait Watch {
     /// Whether the reader may go on: checked between `recv`s into target memory and between
     /// polls.
     fn alive(&self) -> bool;
+    /// Whether nothing needs this reader's timer now (nothing awaits an answer, no frame is
+    /// half read): after [`QUIET_TICKS`] such ticks in a row the reader waits with its long
+    /// idle tick ([`FrameReader::idle_tick`]) until the next byte arrives. Default: never.
+    fn quiet(&self) -> bool {
+        false
+    }
+}
+
+/// Ticks in a row with nothing to watch before a reader switches to its long idle tick.
+pub const QUIET_TICKS: u32 = 4;
+
+/// A reader's receive timeouts: `short` while something is watched, `long` once nothing has
+/// been for [`QUIET_TICKS`] ticks (an idle connection then wakes its readers about once a
+/// second instead of 8-20 times).
+#[derive(Clone, Copy, Debug)]
+struct Ticks {
+    short: Duration,
+    long: Duration,
+    /// Quiet ticks in a row.
+    quiet: u32,
+    /// The stream's timeout is `long` now.
+    long_on: bool,
 }
 
 /// A buffered reader over one stream's descriptor (owned elsewhere).
@@ -51,6 +73,8 @@ pub struct FrameReader {
     /// The last payload was large: read only what is needed for the next header, so the
     /// next large payload is not dragged through the buffer.
     lean: bool,
+    /// Switching between a short and a long receive timeout (None: the stream's own, always).
+    ticks: Option<Ticks>,
 }
 
 impl FrameReader {
@@ -67,6 +91,56 @@ impl FrameReader {
             spin,
             spin_until: None,
             lean: false,
+            ticks: None,
+        }
+    }
+
+    /// Let the stream's receive timeout (which must be `short` now) grow to `long` while the
+    /// watch says it is [quiet](Watch::quiet), and shrink back at the next byte or the first
+    /// tick that is not quiet.
+    pub fn idle_tick(mut self, short: Duration, long: Duration) -> FrameReader {
+        if long > short {
+            self.ticks = Some(Ticks {
+                short,
+                long,
+                quiet: 0,
+                long_on: false,
+            });
+        }
+        self
+    }
+
+    /// Whether the stream waits with its long idle tick now.
+    #[cfg(test)]
+    pub fn on_long_tick(&self) -> bool {
+        self.ticks.is_some_and(|t| t.long_on)
+    }
+
+    /// Bytes arrived: back to the short tick if the long one was on.
+    fn woke(&mut self) {
+        if let Some(t) = self.ticks.as_mut() {
+            t.quiet = 0;
+            if t.long_on && net::set_recv_timeout(self.fd, t.short).is_ok() {
+                t.long_on = false;
+            }
+        }
+    }
+
+    /// A receive timed out; `quiet`: nothing needed the timer.
+    fn ticked(&mut self, quiet: bool) {
+        let Some(t) = self.ticks.as_mut() else {
+            return;
+        };
+        if !quiet {
+            t.quiet = 0;
+            if t.long_on && net::set_recv_timeout(self.fd, t.short).is_ok() {
+                t.long_on = false;
+            }
+            return;
+        }
+        t.quiet = t.quiet.saturating_add(1);
+        if !t.long_on && t.quiet >= QUIET_TICKS && net::set_recv_timeout(self.fd, t.long).is_ok() {
+            t.long_on = true;
         }
     }
 
@@ -130,6 +204,7 @@ impl FrameReader {
             match got {
                 Ok(Recv::Data(n)) => {
                     self.last_rx = Instant::now();
+                    self.woke();
                     return Ok(n);
                 }
                 Ok(Recv::Eof) => return Err(Abort::Eof),
@@ -139,7 +214,10 @@ impl FrameReader {
                     }
                     std::thread::yield_now();
                 }
-                Ok(Recv::Idle) => w.idle(self.last_rx.elapsed(), mid_frame)?,
+                Ok(Recv::Idle) => {
+                    w.idle(self.last_rx.elapsed(), mid_frame)?;
+                    self.ticked(!mid_frame && w.quiet());
+                }
                 Err(e) => return Err(Abort::Io(e)),
             }
         }
@@ -393,5 +471,105 @@ mod tests {
         assert_eq!(watch.mid_frame, Some(true), "idle only inside the frame");
         let at = watch.at.expect("went idle");
         assert!(at < spin / 2, "polled inside a frame for {at:?}");
+    }
+
+    /// Records the stream's receive timeout at every tick; the `stop_at`-th tick tells the
+    /// writer to send the rest.
+    struct TickLog<'a> {
+        r: &'a TcpStream,
+        quiet: bool,
+        seen: Vec<(Instant, Duration)>,
+        stop_at: usize,
+        tell: Option<mpsc::Sender<()>>,
+    }
+
+    impl Watch for TickLog<'_> {
+        fn idle(&mut self, _idle: Duration, _mid_frame: bool) -> Result<(), Abort> {
+            let t = self.r.read_timeout().unwrap().expect("a receive timeout");
+            self.seen.push((Instant::now(), t));
+            if self.seen.len() == self.stop_at {
+                let _ = self.tell.take().expect("told once").send(());
+            }
+            Ok(())
+        }
+        fn alive(&self) -> bool {
+            true
+        }
+        fn quiet(&self) -> bool {
+            self.quiet
+        }
+    }
+
+    /// A reader of `r` (short tick 2 ms, long `long`) that reads `first`, then waits through
+    /// `ticks` ticks, then reads the rest of a header; returns the ticks seen, whether the long
+    /// tick is on at the end, and the stream's timeout at the end and at the start (the kernel
+    /// rounds timeouts to its clock ticks: 2 ms reads back as 4 ms at HZ=250).
+    fn tick_through(
+        quiet: bool,
+        first: usize,
+        ticks: usize,
+        long: Duration,
+    ) -> (TickLog<'static>, bool, Duration, Duration) {
+        let (r, mut w) = pair();
+        let r: &'static TcpStream = Box::leak(Box::new(r));
+        let short = r.read_timeout().unwrap().unwrap();
+        let frame: Vec<u8> = (0..HEADER_LEN as u8).collect();
+        let (tell, go) = mpsc::channel();
+        let rest = frame[first..].to_vec();
+        w.write_all(&frame[..first]).unwrap();
+        let writer = std::thread::spawn(move || {
+            go.recv().unwrap();
+            w.write_all(&rest).unwrap();
+            w
+        });
+        let mut rd = FrameReader::new(r.as_raw_fd(), Duration::ZERO)
+            .idle_tick(Duration::from_millis(2), long);
+        let mut log = TickLog {
+            r,
+            quiet,
+            seen: vec![],
+            stop_at: ticks,
+            tell: Some(tell),
+        };
+        assert_eq!(rd.next_header(&mut log).unwrap().to_vec(), frame);
+        drop(writer.join().unwrap());
+        let after = r.read_timeout().unwrap().unwrap();
+        (log, rd.on_long_tick(), after, short)
+    }
+
+    #[test]
+    fn a_quiet_reader_waits_with_its_long_tick_until_the_next_byte() {
+        let long = Duration::from_millis(300);
+        let q = QUIET_TICKS as usize;
+        let (log, long_on, after, short) = tick_through(true, 0, q + 1, long);
+        // `idle` runs before the tick is counted: ticks 1..=Q waited with the short timeout,
+        // the Q+1-th with the long one, and for at least that long.
+        let timeouts: Vec<Duration> = log.seen.iter().map(|s| s.1).collect();
+        let mut want = vec![short; q];
+        want.push(long);
+        assert_eq!(timeouts, want);
+        let gap = log.seen[q].0 - log.seen[q - 1].0;
+        assert!(gap >= long, "the long tick lasted {gap:?}");
+        // The header's bytes brought the short tick back.
+        assert!(!long_on);
+        assert_eq!(after, short);
+    }
+
+    #[test]
+    fn a_reader_with_something_to_watch_or_inside_a_frame_keeps_its_short_tick() {
+        let long = Duration::from_millis(300);
+        let n = 3 * QUIET_TICKS as usize;
+        // Not quiet (an ACK awaited), between frames; then quiet but half a header read.
+        for (quiet, first) in [(false, 0), (true, 5)] {
+            let (log, long_on, after, short) = tick_through(quiet, first, n, long);
+            assert_eq!(log.seen.len(), n, "quiet={quiet} first={first}");
+            assert!(
+                log.seen.iter().all(|s| s.1 == short),
+                "quiet={quiet} first={first}: {:?}",
+                log.seen
+            );
+            assert!(!long_on);
+            assert_eq!(after, short);
+        }
     }
 }

@@ -374,6 +374,10 @@ impl Watch for AckWatch<'_> {
     fn alive(&self) -> bool {
         !self.qp.dead()
     }
+    fn quiet(&self) -> bool {
+        // The retry timer runs only while a started WR awaits its ACK or READ response.
+        self.region.is_none() && !self.qp.sq.lock().awaits_ack()
+    }
 }
 
 /// Why the ack reader ends.
@@ -401,7 +405,9 @@ struct ReadCtx {
 }
 
 fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
-    let mut rd = FrameReader::new(stream.as_raw_fd(), Duration::ZERO);
+    let tun = &qp.pd.tun;
+    let mut rd = FrameReader::new(stream.as_raw_fd(), Duration::ZERO)
+        .idle_tick(tun.ack_tick(), tun.idle_tick());
     let mut link = Links::new(qp.pd.tun.retry_timeout);
     let end = ack_loop(&qp, &mut rd, &mut link, stream.as_raw_fd());
     match end {

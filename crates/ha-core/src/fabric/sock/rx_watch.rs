@@ -43,4 +43,8 @@ impl Watch for RxWatch<'_> {
     fn alive(&self) -> bool {
         !self.qp.dead()
     }
+    fn quiet(&self) -> bool {
+        // Between frames nothing is stalled: the timer only samples the link.
+        self.region.is_none()
+    }
 }

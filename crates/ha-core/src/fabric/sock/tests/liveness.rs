@@ -165,6 +165,39 @@ fn a_link_that_stops_acknowledging_fails_within_the_retry_window() {
     }
 }
 
+/// The queue pair idled long enough for its readers to wait with the long idle tick (≤ 1 s,
+/// here twice the retry window) when the link died; the next WR still fails `RetryExcErr`, at
+/// most an idle tick later than on a busy queue pair.
+#[test]
+fn a_link_that_died_while_the_queue_pair_idled_fails_the_next_wr() {
+    let _l = TEST_LOCK.read();
+    let retry = Duration::from_millis(400);
+    let r = in_private_netns(move || {
+        let (_fa, _fb, a, b) = near_far(retry);
+        let (src, dst, _mrs) = write_one(&a, &b, 1);
+        assert_eq!(statuses(&a.wait(1)), vec![(1, WcStatus::Success)]);
+        assert!(dst.bytes() == src.bytes());
+        // Idle for many ticks: both readers are past their four quiet ticks.
+        a.none_until(Instant::now() + Duration::from_millis(1500));
+        blackhole_far();
+        let t0 = Instant::now();
+        let _kept = write_one(&a, &b, 2);
+        let c = a.wait(1);
+        let dt = t0.elapsed();
+        assert_eq!(statuses(&c), vec![(2, WcStatus::RetryExcErr)]);
+        assert!(dt >= retry, "fired early: {dt:?}");
+        let idle_tick = 2 * retry;
+        assert!(
+            dt <= retry + idle_tick + Duration::from_millis(1500),
+            "fired late: {dt:?}"
+        );
+        assert_eq!(a.qp.state(), QpState::Err);
+    });
+    if r.is_none() {
+        eprintln!("a_link_that_died_while_the_queue_pair_idled_fails_the_next_wr: skipped");
+    }
+}
+
 /// Everything of the WR reached the peer's kernel, then the link died while the peer's process
 /// had not answered yet (nothing unacknowledged at the TCP level): the kernel's keep-alive
 /// probes (after 1 s of silence) go unanswered and the link is judged dead a window later.

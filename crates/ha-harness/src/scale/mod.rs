@@ -15,6 +15,9 @@
 //! handles (`H <hex>`), its figures (`S threads rss_kib fds csw`), then `BYE` from the parent
 //! before both close.
 
+mod figures;
+
+use self::figures::{own_csw, raise_nofile, IdleFigures, SideFigures};
 use super::conn::{self, Endpoint, HandleExchange};
 use super::driver::{self, Buf, Ctl};
 use super::report::median;
@@ -36,13 +39,18 @@ pub struct ScaleOpts {
     pub dev: i32,
     pub peer_dev: i32,
     pub size: usize,
+    /// Milliseconds both sides stay idle after the rounds (after a 1 s settle) while their
+    /// context switches and CPU time are counted (0: no idle window).
+    pub idle_ms: u64,
 }
 
 const USAGE: &str = "usage: ha-harness scale --plugin PATH [--conns 1,16,64,256] [--iters N] \
-[--rounds N] [--dev N] [--peer-dev N] [--size BYTES]\n\
+[--rounds N] [--dev N] [--peer-dev N] [--size BYTES] [--idle-ms MS]\n\
 per connection count: threads, RSS, fds, the half round trip of SIZE bytes (default 8) \
 ping-ponged round-robin over all connections (ITERS round trips per round, default 2000; \
-ROUNDS rounds, default 3) and context switches per round trip, for this process and a child";
+ROUNDS rounds, default 3) and context switches per round trip, for this process and a child; \
+then, with every connection open and idle (MS milliseconds after a 1 s settle, default 2000; \
+0 = skip), the wake-ups per second and the CPU both processes spend doing nothing";
 
 /// Parse `scale`'s options (after the command word).
 pub fn parse(args: &[String]) -> Result<ScaleOpts, String> {
@@ -54,6 +62,7 @@ pub fn parse(args: &[String]) -> Result<ScaleOpts, String> {
         dev: 0,
         peer_dev: -1,
         size: 8,
+        idle_ms: 2000,
     };
     let mut i = 0;
     while i < args.len() {
@@ -87,6 +96,7 @@ pub fn parse(args: &[String]) -> Result<ScaleOpts, String> {
             "--dev" => o.dev = num(0, 1024)? as i32,
             "--peer-dev" => o.peer_dev = num(0, 1024)? as i32,
             "--size" => o.size = num(1, 1 << 20)?,
+            "--idle-ms" => o.idle_ms = num(0, 600_000)? as u64,
             other => return Err(format!("scale: unknown option {other}\n{USAGE}")),
         }
         i += 2;
@@ -98,77 +108,6 @@ pub fn parse(args: &[String]) -> Result<ScaleOpts, String> {
         o.peer_dev = o.dev;
     }
     Ok(o)
-}
-
-/// What one side reports for one connection count.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct SideFigures {
-    pub threads: u64,
-    pub rss_kib: u64,
-    pub fds: u64,
-    /// Voluntary context switches during the timed rounds.
-    pub csw: u64,
-}
-
-impl SideFigures {
-    /// This process now, with `csw` context switches counted over its timed rounds.
-    fn measured(csw: u64) -> SideFigures {
-        let (threads, rss_kib, fds) = sample_self();
-        SideFigures {
-            threads,
-            rss_kib,
-            fds,
-            csw,
-        }
-    }
-
-    fn line(&self) -> String {
-        format!(
-            "S {} {} {} {}",
-            self.threads, self.rss_kib, self.fds, self.csw
-        )
-    }
-
-    fn parse(line: &str) -> Option<SideFigures> {
-        let mut it = line.strip_prefix("S ")?.split_whitespace();
-        let mut n = || it.next()?.parse::<u64>().ok();
-        Some(SideFigures {
-            threads: n()?,
-            rss_kib: n()?,
-            fds: n()?,
-            csw: n()?,
-        })
-    }
-}
-
-/// `Threads:` and `VmRSS:` of `/proc/self/status` and the entries of `/proc/self/fd`.
-fn sample_self() -> (u64, u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
-    (field("Threads:"), field("VmRSS:"), fds)
-}
-
-/// Many connections need many descriptors (every `sock` queue pair holds a few): the soft
-/// limit goes up to the hard one, as a job launcher's `ulimit -n` would.
-fn raise_nofile() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-        }
-    }
-}
-
-fn own_csw() -> u64 {
-    use nix::sys::resource::{getrusage, UsageWho};
-    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u.voluntary_context_switches() as u64)
 }
 
 /// The handle exchange over a pair of line streams.
@@ -337,12 +276,36 @@ fn load(path: &std::path::Path, dev: i32) -> Result<Plugin, String> {
     super::stream::load(path, None, dev).map(|(plugin, _)| plugin)
 }
 
-/// One connection count, side A: (A's figures, B's figures, round medians).
-fn one_count(
-    plugin: &Plugin,
-    o: &ScaleOpts,
-    n: usize,
-) -> Result<(SideFigures, SideFigures, Vec<f64>), String> {
+/// What one connection count measured.
+struct Count {
+    a: SideFigures,
+    b: SideFigures,
+    /// Median half round trip of each round, microseconds.
+    medians: Vec<f64>,
+    /// Both sides over the idle window (when there was one).
+    idle: Option<(IdleFigures, IdleFigures)>,
+}
+
+/// Side A's idle window: settle, then count both sides while nothing moves.
+fn idle_window<R: BufRead, W: Write>(
+    lines: &mut Lines<R, W>,
+    ms: u64,
+) -> Result<(IdleFigures, IdleFigures), String> {
+    // The threads that had just carried the rounds settle into their idle waits first.
+    std::thread::sleep(Duration::from_secs(1));
+    lines.send("IDLE")?;
+    let f0 = IdleFigures::now();
+    std::thread::sleep(Duration::from_millis(ms));
+    let a = IdleFigures::now().since(f0);
+    lines.send("END")?;
+    let line = lines.next()?;
+    let b = IdleFigures::parse(&line)
+        .ok_or_else(|| format!("scale: the peer said {line:?}, expected its idle figures"))?;
+    Ok((a, b))
+}
+
+/// One connection count, side A.
+fn one_count(plugin: &Plugin, o: &ScaleOpts, n: usize) -> Result<Count, String> {
     let me = std::env::current_exe().map_err(|e| format!("scale: own executable: {e}"))?;
     let mut child = Command::new(me)
         .args([
@@ -368,7 +331,7 @@ fn one_count(
         rd: BufReader::new(child.stdout.take().expect("piped")),
         wr: child.stdin.take().expect("piped"),
     };
-    let run = (|| -> Result<(SideFigures, SideFigures, Vec<f64>), String> {
+    let run = (|| -> Result<Count, String> {
         let mut c = open_conns(plugin, o.dev, n, o.size, &mut lines)?;
         let csw0 = own_csw();
         let medians = ping(&mut c, o)?;
@@ -376,9 +339,18 @@ fn one_count(
         let line = lines.next()?;
         let b = SideFigures::parse(&line)
             .ok_or_else(|| format!("scale: the peer said {line:?}, expected its figures"))?;
+        let idle = match o.idle_ms {
+            0 => None,
+            ms => Some(idle_window(&mut lines, ms)?),
+        };
         lines.send("BYE")?;
         close_conns(c)?;
-        Ok((a, b, medians))
+        Ok(Count {
+            a,
+            b,
+            medians,
+            idle,
+        })
     })();
     drop(lines);
     let status = child
@@ -418,17 +390,30 @@ pub fn main_with_args(args: &[String]) -> i32 {
         o.rounds,
         o.iters
     );
-    println!("| connections | threads A / B | RSS MiB A / B | fds A / B | half round trip us, median (min-max of rounds) | context switches per round trip (A+B) |");
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("| connections | threads A / B | RSS MiB A / B | fds A / B | half round trip us, median (min-max of rounds) | context switches per round trip (A+B) | idle: wake-ups per s (A+B) | idle: CPU % of a core (A+B) |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &o.conns {
         match one_count(&plugin, &o, n) {
-            Ok((a, b, mut m)) => {
+            Ok(Count {
+                a,
+                b,
+                medians: mut m,
+                idle,
+            }) => {
                 let (lo, hi) = m
                     .iter()
                     .fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
                 let rts = (o.rounds * o.iters) as f64;
+                let idle = idle.map_or("- | -".to_string(), |(ia, ib)| {
+                    let secs = o.idle_ms as f64 / 1000.0;
+                    format!(
+                        "{:.0} | {:.2}",
+                        (ia.csw + ib.csw) as f64 / secs,
+                        (ia.cpu_us + ib.cpu_us) as f64 / 1e4 / secs
+                    )
+                });
                 println!(
-                    "| {n} | {} / {} | {:.1} / {:.1} | {} / {} | {:.1} ({lo:.1}-{hi:.1}) | {:.2} |",
+                    "| {n} | {} / {} | {:.1} / {:.1} | {} / {} | {:.1} ({lo:.1}-{hi:.1}) | {:.2} | {idle} |",
                     a.threads,
                     b.threads,
                     a.rss_kib as f64 / 1024.0,
@@ -465,7 +450,16 @@ pub fn peer_main(args: &[String]) -> i32 {
         pong(&mut c, &o)?;
         let f = SideFigures::measured(own_csw() - csw0);
         lines.send(&f.line())?;
-        let bye = lines.next()?;
+        let mut bye = lines.next()?;
+        if bye == "IDLE" {
+            let f0 = IdleFigures::now();
+            let end = lines.next()?;
+            if end != "END" {
+                return Err(format!("scale-peer: expected END, got {end:?}"));
+            }
+            lines.send(&IdleFigures::now().since(f0).line())?;
+            bye = lines.next()?;
+        }
         if bye != "BYE" {
             return Err(format!("scale-peer: expected BYE, got {bye:?}"));
         }
@@ -481,59 +475,4 @@ pub fn peer_main(args: &[String]) -> i32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
-    }
-
-    #[test]
-    fn options_and_defaults() {
-        let o = parse(&args("--plugin p.so")).unwrap();
-        assert_eq!(o.conns, vec![1, 16, 64, 256]);
-        assert_eq!(
-            (o.iters, o.rounds, o.dev, o.peer_dev, o.size),
-            (2000, 3, 0, 0, 8)
-        );
-        let o = parse(&args(
-            "--plugin p.so --conns 2,8 --iters 10 --rounds 1 --dev 1 --peer-dev 0",
-        ))
-        .unwrap();
-        assert_eq!(
-            (o.conns.clone(), o.iters, o.rounds, o.dev, o.peer_dev),
-            (vec![2, 8], 10, 1, 1, 0)
-        );
-        assert!(parse(&args("--conns 1"))
-            .unwrap_err()
-            .contains("--plugin is required"));
-        assert!(parse(&args("--plugin p --conns 0"))
-            .unwrap_err()
-            .contains("1..=4096"));
-        assert!(parse(&args("--plugin p --iters"))
-            .unwrap_err()
-            .contains("needs a value"));
-        assert!(parse(&args("--plugin p --bogus 1"))
-            .unwrap_err()
-            .contains("unknown option"));
-    }
-
-    #[test]
-    fn figures_travel_as_a_line() {
-        let f = SideFigures {
-            threads: 12,
-            rss_kib: 34567,
-            fds: 89,
-            csw: 1000,
-        };
-        assert_eq!(SideFigures::parse(&f.line()), Some(f));
-        assert_eq!(SideFigures::parse("S 1 2 3"), None);
-        assert_eq!(SideFigures::parse("H 00"), None);
-    }
-
-    #[test]
-    fn sampling_self_sees_this_process() {
-        let (threads, rss, fds) = sample_self();
-        assert!(threads >= 1 && rss > 0 && fds >= 3, "{threads} {rss} {fds}");
-    }
-}
+mod tests;

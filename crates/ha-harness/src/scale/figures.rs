@@ -1,0 +1,118 @@
+//! What `ha-harness scale` counts on each side: threads, resident memory and descriptors
+//! (`/proc/self`), context switches and CPU time (`getrusage`), and the lines they travel in
+//! between the two processes.
+
+/// What one side reports for one connection count.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SideFigures {
+    pub threads: u64,
+    pub rss_kib: u64,
+    pub fds: u64,
+    /// Voluntary context switches during the timed rounds.
+    pub csw: u64,
+}
+
+impl SideFigures {
+    /// This process now, with `csw` context switches counted over its timed rounds.
+    pub(super) fn measured(csw: u64) -> SideFigures {
+        let (threads, rss_kib, fds) = sample_self();
+        SideFigures {
+            threads,
+            rss_kib,
+            fds,
+            csw,
+        }
+    }
+
+    pub(super) fn line(&self) -> String {
+        format!(
+            "S {} {} {} {}",
+            self.threads, self.rss_kib, self.fds, self.csw
+        )
+    }
+
+    pub(super) fn parse(line: &str) -> Option<SideFigures> {
+        let mut it = line.strip_prefix("S ")?.split_whitespace();
+        let mut n = || it.next()?.parse::<u64>().ok();
+        Some(SideFigures {
+            threads: n()?,
+            rss_kib: n()?,
+            fds: n()?,
+            csw: n()?,
+        })
+    }
+}
+
+/// What one side spent while every connection was open and idle.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IdleFigures {
+    /// Voluntary context switches (each a sleep that a wake-up ends).
+    pub csw: u64,
+    /// User + system CPU time, microseconds.
+    pub cpu_us: u64,
+}
+
+impl IdleFigures {
+    /// This process's counters now (subtract two of them for a window).
+    pub(super) fn now() -> IdleFigures {
+        use nix::sys::resource::{getrusage, UsageWho};
+        getrusage(UsageWho::RUSAGE_SELF).map_or(IdleFigures::default(), |u| {
+            let us =
+                |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+            IdleFigures {
+                csw: u.voluntary_context_switches() as u64,
+                cpu_us: us(u.user_time()) + us(u.system_time()),
+            }
+        })
+    }
+
+    pub(super) fn since(self, before: IdleFigures) -> IdleFigures {
+        IdleFigures {
+            csw: self.csw.saturating_sub(before.csw),
+            cpu_us: self.cpu_us.saturating_sub(before.cpu_us),
+        }
+    }
+
+    pub(super) fn line(&self) -> String {
+        format!("I {} {}", self.csw, self.cpu_us)
+    }
+
+    pub(super) fn parse(line: &str) -> Option<IdleFigures> {
+        let mut it = line.strip_prefix("I ")?.split_whitespace();
+        let mut n = || it.next()?.parse::<u64>().ok();
+        Some(IdleFigures {
+            csw: n()?,
+            cpu_us: n()?,
+        })
+    }
+}
+
+/// `Threads:` and `VmRSS:` of `/proc/self/status` and the entries of `/proc/self/fd`.
+pub(super) fn sample_self() -> (u64, u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+    (field("Threads:"), field("VmRSS:"), fds)
+}
+
+/// Many connections need many descriptors (every `sock` queue pair holds a few): the soft
+/// limit goes up to the hard one, as a job launcher's `ulimit -n` would.
+pub(super) fn raise_nofile() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}
+
+pub(super) fn own_csw() -> u64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u.voluntary_context_switches() as u64)
+}
