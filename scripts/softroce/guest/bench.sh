@@ -18,8 +18,13 @@
 # re-pinned (all its threads) as soon as it exists; the plugin's own threads start later,
 # from the pinned threads, and inherit the CPU.
 #
+# BENCH_STANDBY=1: also the plugin with its standby on (the normal mode), right after the
+# single-path run, per size: both sides list all four ports and take rail B's port on their
+# own side as the standby (HA_NCCL_STANDBY_MAP), the traffic stays on rail A.
+#
 # Prints the tools' own output and, for the host to tabulate, lines
 #   RESULT plugin SIZE LAT_US BW_GBPS        (1 GB = 1e9 bytes)
+#   RESULT standby SIZE LAT_US BW_GBPS       (with BENCH_STANDBY=1)
 #   RESULT peer SIZE LAT_US BW_GBPS          (with PEER_SO)
 #   RESULT ib_write_lat SIZE T_TYPICAL_US
 #   RESULT ib_write_bw SIZE BW_AVG_MIBPS     (perftest's MB = 2^20 bytes)
@@ -40,12 +45,30 @@ export NCCL_IB_TIMEOUT=16 NCCL_IB_RETRY_CNT=6
 echo "== NCCL_IB_HCA=$NCCL_IB_HCA; other knobs: $(compgen -e | grep '^HA_NCCL_' | grep -v 'FABRIC\|BACKUP\|RETRY_CNT\|QP_TIMEOUT' | tr '\n' ' ')"
 echo "== clocksource $(< /sys/devices/system/clocksource/clocksource0/current_clocksource), $(nproc) vCPUs"
 
-# plugin SIZE [LABEL SO]: one ha-harness run for SIZE through SO (ours by default); RESULT
+# The standby column's devices: the plugin numbers the ports the filter passes in the verbs
+# device list's order (ibv_devices prints that order).
+standby_env=()
+if [ "${BENCH_STANDBY:-0}" = 1 ]; then
+  read -r devb0 _ <<< "$SOFTROCE_B0"
+  read -r devb1 _ <<< "$SOFTROCE_B1"
+  mapfile -t order < <(ibv_devices | awk 'NR > 2 && ($1 == "'"$dev0"'" || $1 == "'"$dev1"'" || $1 == "'"$devb0"'" || $1 == "'"$devb1"'") { print $1 }')
+  idx() { local i; for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && echo "$i"; done; }
+  ia0=$(idx "$dev0") ia1=$(idx "$dev1") ib0=$(idx "$devb0") ib1=$(idx "$devb1")
+  [ -n "$ia0" ] && [ -n "$ia1" ] && [ -n "$ib0" ] && [ -n "$ib1" ] ||
+    { echo "bench: BENCH_STANDBY: ports ${order[*]} lack one of $dev0 $dev1 $devb0 $devb1"; exit 1; }
+  standby_env=(NCCL_IB_HCA="=$dev0:1,$dev1:1,$devb0:1,$devb1:1" HA_NCCL_ENABLE_BACKUP=1
+    HA_NCCL_STANDBY_MAP="$ia0:$ib0,$ia1:$ib1")
+  echo "== standby column: ports ${order[*]}, --dev $ia0 --peer-dev $ia1, ${standby_env[*]}"
+fi
+
+# plugin SIZE [LABEL SO [DEV PEER_DEV [VAR=VALUE...]]]: one ha-harness run for SIZE through SO
+# (ours by default) on devices DEV and PEER_DEV (0 and 1) with the extra environment; RESULT
 # line (LABEL, default plugin) from its JSON (full precision).
 plugin() {
-  local size=$1 label=${2:-plugin} lib=${3:-$so} out=/tmp/harness.out json=/tmp/harness.json pid child n line rc
+  local size=$1 label=${2:-plugin} lib=${3:-$so} d0=${4:-0} d1=${5:-1} out=/tmp/harness.out json=/tmp/harness.json pid child n line rc
+  local extra=("${@:6}")
   rm -f "$json"
-  taskset -c 0 "$harness" bench --plugin "$lib" --mode procs --dev 0 --peer-dev 1 \
+  env "${extra[@]}" taskset -c 0 "$harness" bench --plugin "$lib" --mode procs --dev "$d0" --peer-dev "$d1" \
     --min "$size" --max "$size" --iters "$lat_iters" --lat-bytes "$lat_bytes" \
     --bw-bytes "$bw_bytes" --bw-max-msgs "$bw_max" --window "$window" --timeout 120 \
     --json "$json" > "$out" 2>&1 &
@@ -110,6 +133,9 @@ for ((round = 1; round <= rounds; round++)); do
   for ((size = min; size <= max; size *= factor)); do
     echo "== round $round, $size B, load $(< /proc/loadavg)"
     plugin "$size" || status=1
+    if [ ${#standby_env[@]} -gt 0 ]; then
+      plugin "$size" standby "$so" "$ia0" "$ia1" "${standby_env[@]}" || status=1
+    fi
     if [ -n "$peer_so" ]; then plugin "$size" peer "$peer_so" || status=1; fi
     n=$((lat_bytes / size)); ((n > lat_iters)) && n=$lat_iters; ((n < 5)) && n=5
     perf ib_write_lat "$size" "$n" 4 || status=1

@@ -5,15 +5,18 @@
 //! (from `/proc/self`, after the traffic), the half round trip (median of each round; the
 //! median of the rounds and their spread), and voluntary context switches per round trip
 //! (`getrusage(RUSAGE_SELF)`, both sides summed: each is one thread blocking, later woken).
+//! Then, with every connection open and nothing moving (a 1 s settle, then `--idle-ms`), both
+//! sides' voluntary context switches per second and CPU time: what idle connections cost.
 //!
 //! ```text
 //! ha-harness scale --plugin PATH [--conns 1,16,64,256] [--iters 2000] [--rounds 3]
-//!                  [--dev 0] [--peer-dev D] [--size 8]
+//!                  [--dev 0] [--peer-dev D] [--size 8] [--idle-ms 2000]
 //! ```
 //!
 //! The child is this program (`scale-peer`), talking over its stdin/stdout: connection
-//! handles (`H <hex>`), its figures (`S threads rss_kib fds csw`), then `BYE` from the parent
-//! before both close.
+//! handles (`H <hex>`), its figures (`S threads rss_kib fds csw`), then, with an idle window,
+//! `IDLE` and `END` from the parent around it and the child's `I csw cpu_us`, then `BYE` from
+//! the parent before both close.
 
 mod figures;
 

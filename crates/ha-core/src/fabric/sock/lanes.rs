@@ -156,8 +156,7 @@ fn run_responder(qp: Arc<QpShared>, lane: usize, stream: Counted<TcpStream>) {
         return;
     }
     let fd = stream.as_raw_fd();
-    let tun = &qp.pd.tun;
-    let mut rd = FrameReader::new(fd, Duration::ZERO).idle_tick(tun.rx_tick(), tun.idle_tick());
+    let mut rd = FrameReader::new(fd, Duration::ZERO).idle_tick(qp.pd.tun.idle_tick());
     let mut link = super::liveness::LinkWatch::new(qp.pd.tun.retry_timeout);
     let why = loop {
         if qp.dead() {

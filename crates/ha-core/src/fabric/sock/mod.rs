@@ -68,10 +68,12 @@
 //!   them) — with no acknowledgement arriving. `TCP_INFO` is sampled on
 //!   every idle tick (`ack_tick`), so the window counts from when TCP started waiting.
 //!   A reader with nothing to watch (no WR awaiting its answer, no frame half read) for four
-//!   ticks in a row waits with the long `idle_tick` (≤ 1 s) until its next byte: an idle
+//!   ticks in a row waits in `poll` for up to the long `idle_tick` (≤ 1 s) instead: an idle
 //!   connection's threads wake about once a second, not 8–20 times
-//!   (bench/results/2026-11-27-sock-idle-ticks.md); a link that died meanwhile is judged at
-//!   most that much later once a WR is posted.
+//!   (bench/results/2026-11-27-sock-idle-ticks.md). Its next byte ends that wait, and so does
+//!   the next post for the ack reader (an eventfd it polls too), so a WR posted on an idle
+//!   queue pair is watched from the first tick as on a busy one; only `link_alive`'s verdict
+//!   of an idle queue pair may be up to a long tick old.
 //! - *Kernel keep-alive* is on for every stream (probe after 1 s of silence, every 1 s): a
 //!   stream whose bytes were all acknowledged but whose answer never came (the peer's process
 //!   stopped, then the link died) still sees its probes go unanswered. `TCP_USER_TIMEOUT` is
@@ -101,6 +103,7 @@
 //! `liveness.rs`'s unit tests, and the stop drill (`scripts/drill/stop-drill.sh`, run by
 //! `ha-harness`'s `stop_drill` test).
 
+mod ack_watch;
 mod connect;
 mod cq;
 mod domain;
@@ -193,11 +196,10 @@ impl Tunables {
     pub fn rx_tick(&self) -> Duration {
         (self.retry_timeout / 4).clamp(Duration::from_millis(10), Duration::from_millis(200))
     }
-    /// Receive timeout of a reader with nothing to watch (no answer awaited, no frame half
-    /// read) for a few ticks: twice the retry window, at most 1 s, never below the short
-    /// ticks. An idle queue pair's threads then wake about once a second; a link that dies
-    /// while idle is found at most this much later once something is posted (the transport's
-    /// silence check, which samples `TCP_INFO` itself, is not delayed).
+    /// How long a reader with nothing to watch (no answer awaited, no frame half read) for a
+    /// few ticks waits between ticks: twice the retry window, at most 1 s, never below the
+    /// short ticks. An idle queue pair's threads then wake about once a second; bytes, and
+    /// for the ack reader a post, end the wait at once.
     pub fn idle_tick(&self) -> Duration {
         (self.retry_timeout * 2)
             .min(Duration::from_secs(1))

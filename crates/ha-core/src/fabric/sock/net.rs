@@ -90,26 +90,6 @@ pub fn tune_stream(s: &TcpStream, tick: Duration) -> io::Result<()> {
     keepalive(s.as_raw_fd())
 }
 
-/// Change the receive timeout of `fd` (`SO_RCVTIMEO`; a `recv` already waiting keeps the
-/// one it started with).
-pub fn set_recv_timeout(fd: RawFd, t: Duration) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: t.as_secs() as libc::time_t,
-        tv_usec: t.subsec_micros() as libc::suseconds_t,
-    };
-    // SAFETY: `tv` outlives the call and the length passed is its size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            &tv as *const libc::timeval as *const libc::c_void,
-            mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
-}
-
 /// Seconds of silence from the peer before the kernel probes it (`TCP_KEEPIDLE`), and between
 /// probes (`TCP_KEEPINTVL`): the smallest the kernel takes.
 const KEEPALIVE_SECS: libc::c_int = 1;
@@ -291,6 +271,62 @@ pub fn poll_one(fd: RawFd, events: libc::c_short, ms: libc::c_int) -> io::Result
         return Err(e);
     }
     Ok(if n == 0 { 0 } else { p.revents })
+}
+
+/// Wait up to `ms` for `stream` to be readable (bytes, its end or an error) or `kick` (an
+/// eventfd) to be: `(stream ready, kicked)`, both false on timeout or interruption.
+pub fn poll_stream_or_kick(
+    stream: RawFd,
+    kick: Option<RawFd>,
+    ms: libc::c_int,
+) -> io::Result<(bool, bool)> {
+    let mut fds = [
+        libc::pollfd {
+            fd: stream,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: kick.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let n = if kick.is_some() { 2 } else { 1 };
+    if poll_many(&mut fds[..n], ms)? == 0 {
+        return Ok((false, false));
+    }
+    Ok((fds[0].revents != 0, n == 2 && fds[1].revents != 0))
+}
+
+/// An eventfd that cuts a reader's long wait short ([`poll_stream_or_kick`]).
+pub struct KickFd(std::os::fd::OwnedFd);
+
+impl KickFd {
+    pub fn new() -> io::Result<KickFd> {
+        // SAFETY: eventfd creates a new descriptor; no pointers involved.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        Ok(KickFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    /// Make it readable (a full counter is readable already: the error is ignored).
+    pub fn kick(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live local to the eventfd this value owns.
+        let _ = unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// Read an eventfd's counter back to zero (non-blocking; nothing to read is fine).
+pub fn drain_kick(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live local from an eventfd the caller keeps open.
+    let _ = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
 /// `poll(2)` over `fds`; returns how many have events (0 on timeout or interruption).

@@ -129,6 +129,8 @@ impl SockQp {
             place: RwLock::new(()),
             fail_mx: Mutex::new(()),
             link: AtomicU8::new(super::qp_state::LINK_UNKNOWN),
+            ack_long: AtomicBool::new(false),
+            ack_kick: std::sync::OnceLock::new(),
             lanes: Mutex::new(Default::default()),
             lanes_cv: Condvar::new(),
             lane_jobs_cv: Condvar::new(),
@@ -351,6 +353,7 @@ impl QueuePair for SockQp {
                 sq.wrs.front().and_then(|e| e.bad)
             }
         };
+        s.kick_ack_reader();
         if let Some((tx, batch)) = inline {
             self.write_inline(tx, &batch);
         }

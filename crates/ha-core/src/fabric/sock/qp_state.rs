@@ -147,6 +147,11 @@ pub struct QpShared {
     /// The ack reader's last word on the link: [`LINK_UNKNOWN`], [`LINK_ALIVE`] or
     /// [`LINK_DEAD`].
     pub(super) link: AtomicU8,
+    /// The ack reader waits with its long tick (`reader.rs`): a post kicks it awake.
+    pub(super) ack_long: AtomicBool,
+    /// The eventfd that kick goes to, made at the ack reader's first long wait (None: it
+    /// could not be made, and the reader keeps its short tick).
+    pub(super) ack_kick: std::sync::OnceLock<Option<super::net::KickFd>>,
     /// Striping over lanes (`lanes.rs`); leaf lock.
     pub lanes: Mutex<LaneState>,
     pub lanes_cv: Condvar,
@@ -159,6 +164,29 @@ pub(super) const LINK_ALIVE: u8 = 1;
 pub(super) const LINK_DEAD: u8 = 2;
 
 impl QpShared {
+    /// Nothing posted waits for an answer: every WR still queued was emitted unsignaled (it
+    /// leaves with a later ACK). Stricter than [`SendQueue::awaits_ack`], which looks only at
+    /// WRs already started: one posted and not yet started keeps the ack reader watching.
+    pub(super) fn ack_quiet(&self) -> bool {
+        !self
+            .sq
+            .lock()
+            .wrs
+            .iter()
+            .any(|e| e.wr.signaled || !e.emitted)
+    }
+
+    /// After a post: wake the ack reader if it waits with its long tick (its watch rechecks
+    /// [`QpShared::ack_quiet`] after raising `ack_long`, so a post either is seen there or
+    /// finds the flag raised here).
+    pub(super) fn kick_ack_reader(&self) {
+        if self.ack_long.load(SeqCst) {
+            if let Some(Some(k)) = self.ack_kick.get() {
+                k.kick();
+            }
+        }
+    }
+
     /// Tune a stream of this queue pair (main or lane, either direction): its socket options
     /// with receive timeout `tick`, and the traffic class asked at creation (`QpCaps`).
     pub fn tune(&self, s: &TcpStream, tick: Duration) -> std::io::Result<()> {

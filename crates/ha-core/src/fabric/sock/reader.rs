@@ -6,6 +6,7 @@ use super::net::{self, Recv};
 use super::wire::HEADER_LEN;
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 const BUF_BYTES: usize = 64 << 10;
@@ -36,26 +37,44 @@ pub trait Watch {
     fn alive(&self) -> bool;
     /// Whether nothing needs this reader's timer now (nothing awaits an answer, no frame is
     /// half read): after [`QUIET_TICKS`] such ticks in a row the reader waits with its long
-    /// idle tick ([`FrameReader::idle_tick`]) until the next byte arrives. Default: never.
+    /// tick ([`FrameReader::idle_tick`]) until the next byte. Default: never.
     fn quiet(&self) -> bool {
         false
     }
+    /// The reader is about to wait with its long tick: arm whatever may cut that wait short,
+    /// then confirm the watch is still quiet (checked after arming, so work that arrives
+    /// meanwhile is either seen here or cuts the wait). `None`: not quiet after all;
+    /// `Some(kick)`: wait, woken early also when `kick` (an eventfd) becomes readable.
+    fn arm_long(&mut self) -> Option<Option<RawFd>> {
+        self.quiet().then_some(None)
+    }
+    /// The long wait ended (bytes, a kick, or a tick that found something to watch).
+    fn disarm_long(&mut self) {}
 }
 
-/// Ticks in a row with nothing to watch before a reader switches to its long idle tick.
+/// Ticks in a row with nothing to watch before a reader waits with its long tick.
 pub const QUIET_TICKS: u32 = 4;
 
-/// A reader's receive timeouts: `short` while something is watched, `long` once nothing has
-/// been for [`QUIET_TICKS`] ticks (an idle connection then wakes its readers about once a
+/// Long waits begun, and those a kick ended, by every reader of this process (for tests).
+static LONG_WAITS: AtomicU64 = AtomicU64::new(0);
+static KICKED: AtomicU64 = AtomicU64::new(0);
+
+/// (long waits begun, long waits a kick ended) in this process so far.
+#[cfg(test)]
+pub fn long_wait_counts() -> (u64, u64) {
+    (LONG_WAITS.load(Relaxed), KICKED.load(Relaxed))
+}
+
+/// A reader's long tick: after [`QUIET_TICKS`] quiet ticks of the stream's own receive timeout
+/// it waits in `poll` for up to `long` (an idle connection then wakes its readers about once a
 /// second instead of 8-20 times).
 #[derive(Clone, Copy, Debug)]
 struct Ticks {
-    short: Duration,
     long: Duration,
     /// Quiet ticks in a row.
     quiet: u32,
-    /// The stream's timeout is `long` now.
-    long_on: bool,
+    /// Waiting long, woken early also by this eventfd (if any).
+    long_on: Option<Option<RawFd>>,
 }
 
 /// A buffered reader over one stream's descriptor (owned elsewhere).
@@ -95,53 +114,82 @@ impl FrameReader {
         }
     }
 
-    /// Let the stream's receive timeout (which must be `short` now) grow to `long` while the
-    /// watch says it is [quiet](Watch::quiet), and shrink back at the next byte or the first
-    /// tick that is not quiet.
-    pub fn idle_tick(mut self, short: Duration, long: Duration) -> FrameReader {
-        if long > short {
-            self.ticks = Some(Ticks {
-                short,
-                long,
-                quiet: 0,
-                long_on: false,
-            });
-        }
+    /// Wait up to `long` (in `poll`, not `recv`) once the watch has been [quiet](Watch::quiet)
+    /// for [`QUIET_TICKS`] of the stream's own receive timeouts; back to those at the next
+    /// byte, a kick, or a long tick that finds something to watch.
+    pub fn idle_tick(mut self, long: Duration) -> FrameReader {
+        self.ticks = Some(Ticks {
+            long,
+            quiet: 0,
+            long_on: None,
+        });
         self
     }
 
-    /// Whether the stream waits with its long idle tick now.
+    /// Whether the reader waits with its long tick now.
     #[cfg(test)]
     pub fn on_long_tick(&self) -> bool {
-        self.ticks.is_some_and(|t| t.long_on)
-    }
-
-    /// Bytes arrived: back to the short tick if the long one was on.
-    fn woke(&mut self) {
-        if let Some(t) = self.ticks.as_mut() {
-            t.quiet = 0;
-            if t.long_on && net::set_recv_timeout(self.fd, t.short).is_ok() {
-                t.long_on = false;
-            }
-        }
+        self.ticks.is_some_and(|t| t.long_on.is_some())
     }
 
     /// A receive timed out; `quiet`: nothing needed the timer.
-    fn ticked(&mut self, quiet: bool) {
+    fn ticked(&mut self, quiet: bool, w: &mut dyn Watch) {
         let Some(t) = self.ticks.as_mut() else {
             return;
         };
         if !quiet {
             t.quiet = 0;
-            if t.long_on && net::set_recv_timeout(self.fd, t.short).is_ok() {
-                t.long_on = false;
-            }
             return;
         }
         t.quiet = t.quiet.saturating_add(1);
-        if !t.long_on && t.quiet >= QUIET_TICKS && net::set_recv_timeout(self.fd, t.long).is_ok() {
-            t.long_on = true;
+        if t.quiet >= QUIET_TICKS {
+            t.quiet = 0;
+            t.long_on = w.arm_long();
+            if t.long_on.is_some() {
+                LONG_WAITS.fetch_add(1, Relaxed);
+            }
         }
+    }
+
+    /// End the long wait.
+    fn leave_long(&mut self, w: &mut dyn Watch) {
+        if let Some(t) = self.ticks.as_mut() {
+            if t.long_on.take().is_some() {
+                w.disarm_long();
+            }
+            t.quiet = 0;
+        }
+    }
+
+    /// The long wait, if it is on: `Ok(true)` when the stream is to be read now (bytes, its
+    /// end, or a kick: a `recv` with the short timeout follows), `Ok(false)` after a long tick
+    /// (the watch was told; the caller waits again).
+    fn wait_long(&mut self, w: &mut dyn Watch) -> Result<bool, Abort> {
+        let Some(Ticks {
+            long,
+            long_on: Some(kick),
+            ..
+        }) = self.ticks
+        else {
+            return Ok(true);
+        };
+        let ms = libc::c_int::try_from(long.as_millis()).unwrap_or(libc::c_int::MAX);
+        let (ready, kicked) = net::poll_stream_or_kick(self.fd, kick, ms).map_err(Abort::Io)?;
+        if kicked {
+            KICKED.fetch_add(1, Relaxed);
+            if let Some(k) = kick {
+                net::drain_kick(k);
+            }
+        }
+        if ready || kicked {
+            self.leave_long(w);
+            return Ok(true);
+        }
+        w.idle(self.last_rx.elapsed(), false)?;
+        if !w.quiet() {
+            self.leave_long(w);
+        }
+        Ok(false)
     }
 
     /// Poll instead of blocking for the configured spin time from now (no-op when it is zero).
@@ -193,6 +241,9 @@ impl FrameReader {
             // Only between frames: inside one, the rest is on its way and a poll would only
             // contend for the socket with the kernel delivering it.
             let spinning = !mid_frame && self.polling();
+            if !spinning && !self.wait_long(w)? {
+                continue;
+            }
             // SAFETY: forwarded caller guarantee.
             let got = unsafe {
                 if spinning {
@@ -204,7 +255,9 @@ impl FrameReader {
             match got {
                 Ok(Recv::Data(n)) => {
                     self.last_rx = Instant::now();
-                    self.woke();
+                    if let Some(t) = self.ticks.as_mut() {
+                        t.quiet = 0;
+                    }
                     return Ok(n);
                 }
                 Ok(Recv::Eof) => return Err(Abort::Eof),
@@ -216,7 +269,8 @@ impl FrameReader {
                 }
                 Ok(Recv::Idle) => {
                     w.idle(self.last_rx.elapsed(), mid_frame)?;
-                    self.ticked(!mid_frame && w.quiet());
+                    let quiet = !mid_frame && w.quiet();
+                    self.ticked(quiet, w);
                 }
                 Err(e) => return Err(Abort::Io(e)),
             }
@@ -311,265 +365,4 @@ impl FrameReader {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-    use std::net::{TcpListener, TcpStream};
-    use std::os::fd::AsRawFd;
-    use std::sync::mpsc;
-
-    /// Records when the reader first went idle (a blocking `recv` timed out) and tells the
-    /// writer side, which sends only then.
-    struct FirstIdle {
-        t0: Instant,
-        at: Option<Duration>,
-        mid_frame: Option<bool>,
-        tell: mpsc::Sender<()>,
-    }
-
-    impl Watch for FirstIdle {
-        fn idle(&mut self, _idle: Duration, mid_frame: bool) -> Result<(), Abort> {
-            if self.at.is_none() {
-                self.at = Some(self.t0.elapsed());
-                self.mid_frame = Some(mid_frame);
-                let _ = self.tell.send(());
-            }
-            Ok(())
-        }
-        fn alive(&self) -> bool {
-            true
-        }
-    }
-
-    /// A connected pair: (reader side with a 2 ms receive timeout, writer side).
-    fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let w = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (r, _) = l.accept().unwrap();
-        net::tune_stream(&r, Duration::from_millis(2)).unwrap();
-        (r, w)
-    }
-
-    /// Runs `read` on a reader of `r` while a thread writes `first` at once and `later` once
-    /// the reader went idle; returns the watch.
-    fn drive(
-        r: &TcpStream,
-        mut w: TcpStream,
-        spin: Duration,
-        arm: impl FnOnce(&mut FrameReader),
-        first: Vec<u8>,
-        later: Vec<u8>,
-        read: impl FnOnce(&mut FrameReader, &mut FirstIdle),
-    ) -> FirstIdle {
-        let (tell, idle) = mpsc::channel();
-        let writer = std::thread::spawn(move || {
-            w.write_all(&first).unwrap();
-            idle.recv().unwrap();
-            w.write_all(&later).unwrap();
-            w
-        });
-        let mut rd = FrameReader::new(r.as_raw_fd(), spin);
-        // Before arming: the spin cannot have started before `t0`.
-        let t0 = Instant::now();
-        arm(&mut rd);
-        let mut watch = FirstIdle {
-            t0,
-            at: None,
-            mid_frame: None,
-            tell,
-        };
-        read(&mut rd, &mut watch);
-        drop(writer.join().unwrap());
-        watch
-    }
-
-    #[test]
-    fn an_armed_reader_polls_for_its_spin_time_then_blocks_and_still_reads() {
-        let (r, w) = pair();
-        let spin = Duration::from_millis(60);
-        let frame: Vec<u8> = (0..HEADER_LEN as u8).collect();
-        let watch = drive(
-            &r,
-            w,
-            spin,
-            FrameReader::spin_a_while,
-            vec![],
-            frame.clone(),
-            |rd, w| {
-                assert_eq!(rd.next_header(w).unwrap().to_vec(), frame);
-            },
-        );
-        // Blocking reads time out every 2 ms; while polling there is no timeout at all.
-        let at = watch.at.expect("the reader went idle once its spin ended");
-        assert!(at >= spin, "idle after {at:?}, inside the {spin:?} spin");
-        assert_eq!(watch.mid_frame, Some(false));
-    }
-
-    #[test]
-    fn a_stopped_or_unarmed_reader_blocks_at_once() {
-        let spin = Duration::from_secs(2);
-        let frame: Vec<u8> = (0..HEADER_LEN as u8).rev().collect();
-        for stop in [true, false] {
-            let (r, w) = pair();
-            let arm = |rd: &mut FrameReader| {
-                if stop {
-                    rd.spin_a_while();
-                    rd.stop_spinning();
-                }
-            };
-            let watch = drive(&r, w, spin, arm, vec![], frame.clone(), |rd, w| {
-                assert_eq!(rd.next_header(w).unwrap().to_vec(), frame);
-            });
-            let at = watch.at.expect("went idle");
-            assert!(at < spin / 2, "stop={stop}: idle only after {at:?}");
-        }
-    }
-
-    /// Never alive; a blocking wait fails the read instead of waiting on.
-    struct Stopped;
-
-    impl Watch for Stopped {
-        fn idle(&mut self, _idle: Duration, _mid_frame: bool) -> Result<(), Abort> {
-            Err(Abort::Expired)
-        }
-        fn alive(&self) -> bool {
-            false
-        }
-    }
-
-    #[test]
-    fn a_polling_reader_stops_for_a_dead_owner() {
-        let (r, _w) = pair();
-        let mut rd = FrameReader::new(r.as_raw_fd(), Duration::from_secs(2));
-        rd.spin_a_while();
-        // Polling asks `alive` between polls (Stop); had it blocked instead, the receive
-        // timeout would have ended it (Expired).
-        assert!(matches!(rd.next_header(&mut Stopped), Err(Abort::Stop)));
-    }
-
-    #[test]
-    fn an_armed_reader_blocks_inside_a_frame() {
-        let (r, w) = pair();
-        let spin = Duration::from_secs(2);
-        let mut first: Vec<u8> = vec![7; HEADER_LEN];
-        first.extend_from_slice(&[1, 2, 3]);
-        let watch = drive(
-            &r,
-            w,
-            spin,
-            FrameReader::spin_a_while,
-            first,
-            vec![4, 5, 6, 7, 8],
-            |rd, w| {
-                assert_eq!(rd.next_header(w).unwrap(), [7; HEADER_LEN]);
-                let mut payload = [0u8; 8];
-                // SAFETY: `payload` is 8 writable bytes.
-                unsafe { rd.read_payload(payload.as_mut_ptr(), payload.len(), w) }.unwrap();
-                assert_eq!(payload, [1, 2, 3, 4, 5, 6, 7, 8]);
-            },
-        );
-        assert_eq!(watch.mid_frame, Some(true), "idle only inside the frame");
-        let at = watch.at.expect("went idle");
-        assert!(at < spin / 2, "polled inside a frame for {at:?}");
-    }
-
-    /// Records the stream's receive timeout at every tick; the `stop_at`-th tick tells the
-    /// writer to send the rest.
-    struct TickLog<'a> {
-        r: &'a TcpStream,
-        quiet: bool,
-        seen: Vec<(Instant, Duration)>,
-        stop_at: usize,
-        tell: Option<mpsc::Sender<()>>,
-    }
-
-    impl Watch for TickLog<'_> {
-        fn idle(&mut self, _idle: Duration, _mid_frame: bool) -> Result<(), Abort> {
-            let t = self.r.read_timeout().unwrap().expect("a receive timeout");
-            self.seen.push((Instant::now(), t));
-            if self.seen.len() == self.stop_at {
-                let _ = self.tell.take().expect("told once").send(());
-            }
-            Ok(())
-        }
-        fn alive(&self) -> bool {
-            true
-        }
-        fn quiet(&self) -> bool {
-            self.quiet
-        }
-    }
-
-    /// A reader of `r` (short tick 2 ms, long `long`) that reads `first`, then waits through
-    /// `ticks` ticks, then reads the rest of a header; returns the ticks seen, whether the long
-    /// tick is on at the end, and the stream's timeout at the end and at the start (the kernel
-    /// rounds timeouts to its clock ticks: 2 ms reads back as 4 ms at HZ=250).
-    fn tick_through(
-        quiet: bool,
-        first: usize,
-        ticks: usize,
-        long: Duration,
-    ) -> (TickLog<'static>, bool, Duration, Duration) {
-        let (r, mut w) = pair();
-        let r: &'static TcpStream = Box::leak(Box::new(r));
-        let short = r.read_timeout().unwrap().unwrap();
-        let frame: Vec<u8> = (0..HEADER_LEN as u8).collect();
-        let (tell, go) = mpsc::channel();
-        let rest = frame[first..].to_vec();
-        w.write_all(&frame[..first]).unwrap();
-        let writer = std::thread::spawn(move || {
-            go.recv().unwrap();
-            w.write_all(&rest).unwrap();
-            w
-        });
-        let mut rd = FrameReader::new(r.as_raw_fd(), Duration::ZERO)
-            .idle_tick(Duration::from_millis(2), long);
-        let mut log = TickLog {
-            r,
-            quiet,
-            seen: vec![],
-            stop_at: ticks,
-            tell: Some(tell),
-        };
-        assert_eq!(rd.next_header(&mut log).unwrap().to_vec(), frame);
-        drop(writer.join().unwrap());
-        let after = r.read_timeout().unwrap().unwrap();
-        (log, rd.on_long_tick(), after, short)
-    }
-
-    #[test]
-    fn a_quiet_reader_waits_with_its_long_tick_until_the_next_byte() {
-        let long = Duration::from_millis(300);
-        let q = QUIET_TICKS as usize;
-        let (log, long_on, after, short) = tick_through(true, 0, q + 1, long);
-        // `idle` runs before the tick is counted: ticks 1..=Q waited with the short timeout,
-        // the Q+1-th with the long one, and for at least that long.
-        let timeouts: Vec<Duration> = log.seen.iter().map(|s| s.1).collect();
-        let mut want = vec![short; q];
-        want.push(long);
-        assert_eq!(timeouts, want);
-        let gap = log.seen[q].0 - log.seen[q - 1].0;
-        assert!(gap >= long, "the long tick lasted {gap:?}");
-        // The header's bytes brought the short tick back.
-        assert!(!long_on);
-        assert_eq!(after, short);
-    }
-
-    #[test]
-    fn a_reader_with_something_to_watch_or_inside_a_frame_keeps_its_short_tick() {
-        let long = Duration::from_millis(300);
-        let n = 3 * QUIET_TICKS as usize;
-        // Not quiet (an ACK awaited), between frames; then quiet but half a header read.
-        for (quiet, first) in [(false, 0), (true, 5)] {
-            let (log, long_on, after, short) = tick_through(quiet, first, n, long);
-            assert_eq!(log.seen.len(), n, "quiet={quiet} first={first}");
-            assert!(
-                log.seen.iter().all(|s| s.1 == short),
-                "quiet={quiet} first={first}: {:?}",
-                log.seen
-            );
-            assert!(!long_on);
-            assert_eq!(after, short);
-        }
-    }
-}
+mod tests;

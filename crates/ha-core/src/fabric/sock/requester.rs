@@ -9,14 +9,14 @@
 //! sends (an unsignaled WR has no completion, so nothing waits for it; it leaves the send
 //! queue when a later ACK covers it, as on an RC NIC).
 
+use super::ack_watch::AckWatch;
 use super::connect::connect;
 use super::lanes::{self, LaneJob};
 use super::links::Links;
-use super::liveness::Liveness;
 use super::mr::{MrEntry, MrPin};
 use super::net;
-use super::qp_state::{QpShared, SendQueue, LINK_ALIVE, LINK_DEAD};
-use super::reader::{Abort, FrameReader, Watch};
+use super::qp_state::{QpShared, SendQueue, LINK_ALIVE};
+use super::reader::{Abort, FrameReader};
 use super::wire::{
     flags, stripe_share, striped_bytes, syndrome, Header, Op, HEADER_LEN, MAX_SEGMENT_BYTES,
 };
@@ -329,57 +329,6 @@ fn send_loop(qp: &Arc<QpShared>, stream: &TcpStream) {
     }
 }
 
-/// The ack reader's view of time: the retry timer, and the link's liveness below the peer's
-/// threads.
-struct AckWatch<'a> {
-    qp: &'a QpShared,
-    link: &'a mut Links,
-    fd: RawFd,
-    /// The local region a READ response is being placed into, if any.
-    region: Option<&'a MrEntry>,
-}
-
-impl Watch for AckWatch<'_> {
-    fn idle(&mut self, idle: Duration, _mid_frame: bool) -> Result<(), Abort> {
-        if self.qp.dead() {
-            return Err(Abort::Stop);
-        }
-        if self.region.is_some_and(|m| m.dying()) && idle > self.qp.pd.tun.retry_timeout {
-            // A READ response stalled a retry window while its target is being deregistered:
-            // let go of it.
-            return Err(Abort::Expired);
-        }
-        // Sampled on every tick, so the judge knows how long TCP has been waiting.
-        let live = self.link.check(self.qp, self.fd, Instant::now());
-        let word = match live {
-            Liveness::Alive => LINK_ALIVE,
-            Liveness::Dead(_) => LINK_DEAD,
-        };
-        self.qp.link.store(word, Ordering::SeqCst);
-        // Any byte from the responder (say, inside a large READ response segment) counts
-        // as a sign of life, like the frames that set `last_progress`.
-        let retry = self.qp.pd.tun.retry_timeout;
-        let sq = self.qp.sq.lock();
-        if idle > retry && sq.awaits_ack() && sq.last_progress.elapsed() > retry {
-            // No ACK from the peer's responder for the retry window. RC retries count the
-            // peer's NIC, not its threads: while the peer's kernel still answers TCP (a stopped
-            // or slow process), keep waiting; only a link that stopped answering fails.
-            if let Liveness::Dead(why) = live {
-                tracing::info!("sock: qp {}: link dead: {why}", self.qp.qpn);
-                return Err(Abort::Expired);
-            }
-        }
-        Ok(())
-    }
-    fn alive(&self) -> bool {
-        !self.qp.dead()
-    }
-    fn quiet(&self) -> bool {
-        // The retry timer runs only while a started WR awaits its ACK or READ response.
-        self.region.is_none() && !self.qp.sq.lock().awaits_ack()
-    }
-}
-
 /// Why the ack reader ends.
 enum End {
     Abort(Abort),
@@ -405,9 +354,8 @@ struct ReadCtx {
 }
 
 fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
-    let tun = &qp.pd.tun;
-    let mut rd = FrameReader::new(stream.as_raw_fd(), Duration::ZERO)
-        .idle_tick(tun.ack_tick(), tun.idle_tick());
+    let mut rd =
+        FrameReader::new(stream.as_raw_fd(), Duration::ZERO).idle_tick(qp.pd.tun.idle_tick());
     let mut link = Links::new(qp.pd.tun.retry_timeout);
     let end = ack_loop(&qp, &mut rd, &mut link, stream.as_raw_fd());
     match end {

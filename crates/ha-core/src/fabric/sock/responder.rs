@@ -148,8 +148,7 @@ pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
     let mut r = Responder {
         qp: &qp,
         fd,
-        rd: FrameReader::new(fd, qp.pd.tun.spin)
-            .idle_tick(qp.pd.tun.rx_tick(), qp.pd.tun.idle_tick()),
+        rd: FrameReader::new(fd, qp.pd.tun.spin).idle_tick(qp.pd.tun.idle_tick()),
         link: LinkWatch::new(qp.pd.tun.retry_timeout),
         seq: RequestSeq::new(),
         cur: None,
