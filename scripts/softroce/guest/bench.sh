@@ -52,7 +52,7 @@ if [ "${BENCH_STANDBY:-0}" = 1 ]; then
   read -r devb0 _ <<< "$SOFTROCE_B0"
   read -r devb1 _ <<< "$SOFTROCE_B1"
   mapfile -t order < <(ibv_devices | awk 'NR > 2 && ($1 == "'"$dev0"'" || $1 == "'"$dev1"'" || $1 == "'"$devb0"'" || $1 == "'"$devb1"'") { print $1 }')
-  idx() { local i; for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && echo "$i"; done; }
+  idx() { local i; for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && echo "$i"; done; return 0; }
   ia0=$(idx "$dev0") ia1=$(idx "$dev1") ib0=$(idx "$devb0") ib1=$(idx "$devb1")
   [ -n "$ia0" ] && [ -n "$ia1" ] && [ -n "$ib0" ] && [ -n "$ib1" ] ||
     { echo "bench: BENCH_STANDBY: ports ${order[*]} lack one of $dev0 $dev1 $devb0 $devb1"; exit 1; }

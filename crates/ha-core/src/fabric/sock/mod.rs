@@ -66,7 +66,8 @@
 //!   unacknowledged, or keep-alive probes unanswered, or window probes unanswered (then for at
 //!   least [`liveness::PROBE_GRACE`], 3 s: a live peer's kernel rate-limits its answers to
 //!   them) — with no acknowledgement arriving. `TCP_INFO` is sampled on
-//!   every idle tick (`ack_tick`), so the window counts from when TCP started waiting.
+//!   every tick (`ack_tick` while something awaits an answer), so the window counts from when
+//!   TCP started waiting.
 //!   A reader with nothing to watch (no WR awaiting its answer, no frame half read) for four
 //!   ticks in a row waits in `poll` for up to the long `idle_tick` (≤ 1 s) instead: an idle
 //!   connection's threads wake about once a second, not 8–20 times
@@ -126,6 +127,8 @@ mod rx_watch;
 pub mod sequence;
 pub mod wire;
 
+#[cfg(test)]
+mod test_lock;
 #[cfg(test)]
 pub(crate) mod tests;
 

@@ -28,16 +28,18 @@ pub enum Abort {
 
 /// Hooks a reader calls while it waits.
 pub trait Watch {
-    /// A blocking receive timed out; `idle` is the time since the last byte arrived and
-    /// `mid_frame` whether a frame has been partly read. `Err` stops the reader. Not called
-    /// while the reader polls (at most its spin time, see [`FrameReader::new`]).
+    /// A tick: a blocking receive timed out, or a long wait did; `idle` is the time since the
+    /// last byte arrived and `mid_frame` whether a frame has been partly read. `Err` stops the
+    /// reader. Not called while the reader spins (at most its spin time, see
+    /// [`FrameReader::new`]).
     fn idle(&mut self, idle: Duration, mid_frame: bool) -> Result<(), Abort>;
     /// Whether the reader may go on: checked between `recv`s into target memory and between
     /// polls.
     fn alive(&self) -> bool;
     /// Whether nothing needs this reader's timer now (nothing awaits an answer, no frame is
     /// half read): after [`QUIET_TICKS`] such ticks in a row the reader waits with its long
-    /// tick ([`FrameReader::idle_tick`]) until the next byte. Default: never.
+    /// tick ([`FrameReader::idle_tick`]) until the next byte, a kick, or a long tick at which
+    /// it is no longer quiet. Default: never.
     fn quiet(&self) -> bool {
         false
     }
@@ -92,7 +94,7 @@ pub struct FrameReader {
     /// The last payload was large: read only what is needed for the next header, so the
     /// next large payload is not dragged through the buffer.
     lean: bool,
-    /// Switching between a short and a long receive timeout (None: the stream's own, always).
+    /// The long wait in `poll` of a quiet reader (None: always the stream's own timeout).
     ticks: Option<Ticks>,
 }
 
@@ -174,7 +176,12 @@ impl FrameReader {
             return Ok(true);
         };
         let ms = libc::c_int::try_from(long.as_millis()).unwrap_or(libc::c_int::MAX);
-        let (ready, kicked) = net::poll_stream_or_kick(self.fd, kick, ms).map_err(Abort::Io)?;
+        let Ok((ready, kicked)) = net::poll_stream_or_kick(self.fd, kick, ms) else {
+            // `poll` itself failed (ENOMEM): read with the stream's own timeout again; a
+            // failing stream shows there.
+            self.leave_long(w);
+            return Ok(true);
+        };
         if kicked {
             KICKED.fetch_add(1, Relaxed);
             if let Some(k) = kick {

@@ -18,14 +18,11 @@ use crate::fabric::{
     Access, Completion, CompletionQueue, Doorbell, MemoryRegion, QpCaps, QpState, QueuePair,
     SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
-use parking_lot::RwLock;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
-/// Sock tests share `live_threads()`: the leak test takes this exclusively. Tests elsewhere
-/// in the crate that open sock PDs should hold it shared (`TEST_LOCK.read()`).
-pub(crate) static TEST_LOCK: RwLock<()> = RwLock::new(());
+pub(crate) use super::test_lock::TEST_LOCK;
 
 pub(super) const LONG: Duration = Duration::from_secs(30);
 pub(super) const CAPS: QpCaps = QpCaps {
