@@ -16,7 +16,7 @@
 use super::links::LaneLinks;
 use super::liveness::Liveness;
 use super::net;
-use super::qp_state::QpShared;
+use super::qp_state::{QpShared, Stream};
 use super::reader::FrameReader;
 use super::rx_watch::RxWatch;
 use super::wire::{
@@ -72,6 +72,7 @@ pub fn open(qp: &Arc<QpShared>) -> u16 {
     }
     for (i, s) in streams.into_iter().enumerate() {
         let lane = i + 1;
+        let s: Stream = Arc::new(s);
         let started = qp.add_lane_stream(&s, true)
             && qp.add_thread(format!("sock-ltx-{}-{lane}", qp.qpn), move |q| {
                 run_sender(q, lane, s)
@@ -97,7 +98,7 @@ pub fn push(qp: &QpShared, jobs: &mut Vec<(usize, LaneJob)>) {
     qp.lane_jobs_cv.notify_all();
 }
 
-fn run_sender(qp: Arc<QpShared>, lane: usize, stream: Counted<TcpStream>) {
+fn run_sender(qp: Arc<QpShared>, lane: usize, stream: Stream) {
     let fd = stream.as_raw_fd();
     let mut pins = Vec::with_capacity(1);
     loop {
@@ -135,6 +136,7 @@ fn run_sender(qp: Arc<QpShared>, lane: usize, stream: Counted<TcpStream>) {
 
 /// Responder: a lane stream arrived for this queue pair (its hello checked by the caller).
 pub fn attach(qp: &Arc<QpShared>, s: Counted<TcpStream>, lane: u8) -> bool {
+    let s: Stream = Arc::new(s);
     let bit = 1u8 << (lane - 1);
     {
         let mut st = qp.lanes.lock();
@@ -151,7 +153,7 @@ pub fn attach(qp: &Arc<QpShared>, s: Counted<TcpStream>, lane: u8) -> bool {
     })
 }
 
-fn run_responder(qp: Arc<QpShared>, lane: usize, stream: Counted<TcpStream>) {
+fn run_responder(qp: Arc<QpShared>, lane: usize, stream: Stream) {
     if !qp.wait_rtr() {
         return;
     }

@@ -11,7 +11,7 @@ use super::listener::PdCore;
 use super::net;
 use super::qp_state::{state_to_u8, Control, QpShared, SendQueue, TxState, WrEntry};
 use super::{requester, responder, SockEndpoint};
-use crate::fabric::counters::{self, Counted, Held, Resource};
+use crate::fabric::counters::{Counted, Held, Resource};
 use crate::fabric::{FabricError, QpCaps, QpState, QueuePair, Result, SendOp, SendWr, WcStatus};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
@@ -47,14 +47,9 @@ impl InboundTarget for QpShared {
             if self.tune(&s, self.pd.tun.rx_tick()).is_err() {
                 return false;
             }
-            match counters::try_clone_stream(&s) {
-                Ok(c) => {
-                    // One inbound stream per queue pair, ever.
-                    ctl.inbound_attached = true;
-                    c
-                }
-                Err(_) => return false,
-            }
+            // One inbound stream per queue pair, ever.
+            ctl.inbound_attached = true;
+            Arc::new(s)
         };
         tracing::debug!(
             "sock: qp {} inbound stream from qp {}",
@@ -62,7 +57,7 @@ impl InboundTarget for QpShared {
             hello.source_qpn
         );
         // Spawn first (it waits for RTR), then publish for `fail` under the same check.
-        let mut stream = Some(s);
+        let mut stream = Some(Arc::clone(&clone));
         let ok = self.add_thread(format!("sock-rx-{}", self.qpn), move |qp| {
             responder::run(qp, stream.take().expect("stream"))
         });

@@ -102,7 +102,7 @@ pub struct TxState {
 
 impl Control {
     /// The lane streams of one direction (`outbound`: the ones this queue pair writes).
-    pub(super) fn lanes(&self, outbound: bool) -> impl Iterator<Item = &Counted<TcpStream>> {
+    pub(super) fn lanes(&self, outbound: bool) -> impl Iterator<Item = &Stream> {
         self.lane_socks
             .iter()
             .filter(move |(_, out)| *out == outbound)
@@ -113,12 +113,17 @@ impl Control {
 pub struct Control {
     pub remote: Option<SockEndpoint>,
     pub(super) threads: Vec<JoinHandle<()>>,
-    pub(super) out_sock: Option<Counted<TcpStream>>,
-    pub(super) in_sock: Option<Counted<TcpStream>>,
+    pub(super) out_sock: Option<Stream>,
+    pub(super) in_sock: Option<Stream>,
     pub(super) inbound_attached: bool,
     /// Lane streams (`lanes.rs`), with whether each is outbound.
-    pub(super) lane_socks: Vec<(Counted<TcpStream>, bool)>,
+    pub(super) lane_socks: Vec<(Stream, bool)>,
 }
+
+/// A data stream, shared by the thread that reads or writes it and the queue pair's
+/// [`Control`] (which shuts it down in `fail` and keeps its descriptor open until the queue
+/// pair is dropped): one descriptor, closed when the last holder lets go.
+pub type Stream = Arc<Counted<TcpStream>>;
 
 /// Everything a queue pair's threads share.
 pub struct QpShared {
@@ -375,7 +380,7 @@ impl QpShared {
     }
 
     /// Publish the connected outbound stream (so `fail` can shut it); false if dead.
-    pub fn set_out_sock(&self, s: Counted<TcpStream>) -> bool {
+    pub fn set_out_sock(&self, s: Stream) -> bool {
         let mut ctl = self.ctl.lock();
         if self.dead() {
             return false;
@@ -385,20 +390,15 @@ impl QpShared {
         true
     }
 
-    /// Keep a clone of lane stream `s` (so `fail` can shut it, and link checks see an outbound
-    /// one); false if the queue pair is dead or the stream cannot be cloned.
-    pub fn add_lane_stream(&self, s: &Counted<TcpStream>, outbound: bool) -> bool {
+    /// Keep lane stream `s` (so `fail` can shut it, and link checks see an outbound one);
+    /// false if the queue pair is dead.
+    pub fn add_lane_stream(&self, s: &Stream, outbound: bool) -> bool {
         let mut ctl = self.ctl.lock();
         if self.dead() {
             return false;
         }
-        match crate::fabric::counters::try_clone_stream(s) {
-            Ok(c) => {
-                ctl.lane_socks.push((c, outbound));
-                true
-            }
-            Err(_) => false,
-        }
+        ctl.lane_socks.push((Arc::clone(s), outbound));
+        true
     }
 
     /// Before reading local memory onto a stream: hold `place` shared (the fence waits for the

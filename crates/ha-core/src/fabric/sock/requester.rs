@@ -15,12 +15,11 @@ use super::lanes::{self, LaneJob};
 use super::links::Links;
 use super::mr::{MrEntry, MrPin};
 use super::net;
-use super::qp_state::{QpShared, SendQueue, LINK_ALIVE};
+use super::qp_state::{QpShared, SendQueue, Stream, LINK_ALIVE};
 use super::reader::{Abort, FrameReader};
 use super::wire::{
     flags, stripe_share, striped_bytes, syndrome, Header, Op, HEADER_LEN, MAX_SEGMENT_BYTES,
 };
-use crate::fabric::counters::{self, Counted};
 use crate::fabric::{SendOp, WcStatus};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
@@ -36,17 +35,11 @@ pub fn run_sender(qp: Arc<QpShared>) {
     let Some(stream) = connect(&qp) else {
         return;
     };
-    let (Ok(for_reader), Ok(for_fail)) = (
-        counters::try_clone_stream(&stream),
-        counters::try_clone_stream(&stream),
-    ) else {
-        qp.link_failed();
-        return;
-    };
-    if !qp.set_out_sock(for_fail) {
+    let stream: Stream = Arc::new(stream);
+    if !qp.set_out_sock(Arc::clone(&stream)) {
         return;
     }
-    let mut rs = Some(for_reader);
+    let mut rs = Some(Arc::clone(&stream));
     if !qp.add_thread(format!("sock-ack-{}", qp.qpn), move |q| {
         run_ack_reader(q, rs.take().expect("stream"))
     }) {
@@ -353,7 +346,7 @@ struct ReadCtx {
     mr: Option<Arc<MrEntry>>,
 }
 
-fn run_ack_reader(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
+fn run_ack_reader(qp: Arc<QpShared>, stream: Stream) {
     let mut rd =
         FrameReader::new(stream.as_raw_fd(), Duration::ZERO).idle_tick(qp.pd.tun.idle_tick());
     let mut link = Links::new(qp.pd.tun.retry_timeout);

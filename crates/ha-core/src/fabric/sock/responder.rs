@@ -10,14 +10,12 @@ use super::links::LaneLinks;
 use super::liveness::LinkWatch;
 use super::mr::{MrEntry, MrPin};
 use super::net;
-use super::qp_state::QpShared;
+use super::qp_state::{QpShared, Stream};
 use super::reader::{Abort, FrameReader};
 use super::rx_watch::RxWatch;
 use super::sequence::{RequestSeq, Step};
 use super::wire::{flags, syndrome, Header, Op, HEADER_LEN};
-use crate::fabric::counters::Counted;
 use crate::fabric::{Access, WcStatus};
-use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -140,7 +138,7 @@ struct Responder<'a> {
 }
 
 /// Responder thread body.
-pub fn run(qp: Arc<QpShared>, stream: Counted<TcpStream>) {
+pub fn run(qp: Arc<QpShared>, stream: Stream) {
     if !qp.wait_rtr() {
         return;
     }
