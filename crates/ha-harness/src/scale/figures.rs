@@ -32,18 +32,18 @@ impl SideFigures {
     }
 
     pub(super) fn parse(line: &str) -> Option<SideFigures> {
-        let mut it = line.strip_prefix("S ")?.split_whitespace();
-        let mut n = || it.next()?.parse::<u64>().ok();
+        let [threads, rss_kib, fds, csw] = numbers(line, "S ")?;
         Some(SideFigures {
-            threads: n()?,
-            rss_kib: n()?,
-            fds: n()?,
-            csw: n()?,
+            threads,
+            rss_kib,
+            fds,
+            csw,
         })
     }
 }
 
-/// What one side spent while every connection was open and idle.
+/// A process's voluntary context switches and CPU time; over a window (the idle one, or the
+/// timed rounds' switches), the difference of two samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct IdleFigures {
     /// Voluntary context switches (each a sleep that a wake-up ends).
@@ -78,13 +78,19 @@ impl IdleFigures {
     }
 
     pub(super) fn parse(line: &str) -> Option<IdleFigures> {
-        let mut it = line.strip_prefix("I ")?.split_whitespace();
-        let mut n = || it.next()?.parse::<u64>().ok();
-        Some(IdleFigures {
-            csw: n()?,
-            cpu_us: n()?,
-        })
+        let [csw, cpu_us] = numbers(line, "I ")?;
+        Some(IdleFigures { csw, cpu_us })
     }
+}
+
+/// The `N` numbers of a figures line after its tag (`S `, `I `).
+fn numbers<const N: usize>(line: &str, tag: &str) -> Option<[u64; N]> {
+    let mut it = line.strip_prefix(tag)?.split_whitespace();
+    let mut out = [0u64; N];
+    for v in &mut out {
+        *v = it.next()?.parse().ok()?;
+    }
+    Some(out)
 }
 
 /// `Threads:` and `VmRSS:` of `/proc/self/status` and the entries of `/proc/self/fd`.
@@ -110,9 +116,4 @@ pub(super) fn raise_nofile() {
             let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
         }
     }
-}
-
-pub(super) fn own_csw() -> u64 {
-    use nix::sys::resource::{getrusage, UsageWho};
-    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u.voluntary_context_switches() as u64)
 }

@@ -20,7 +20,7 @@
 
 mod figures;
 
-use self::figures::{own_csw, raise_nofile, IdleFigures, SideFigures};
+use self::figures::{raise_nofile, IdleFigures, SideFigures};
 use super::conn::{self, Endpoint, HandleExchange};
 use super::driver::{self, Buf, Ctl};
 use super::report::median;
@@ -336,9 +336,9 @@ fn one_count(plugin: &Plugin, o: &ScaleOpts, n: usize) -> Result<Count, String> 
     };
     let run = (|| -> Result<Count, String> {
         let mut c = open_conns(plugin, o.dev, n, o.size, &mut lines)?;
-        let csw0 = own_csw();
+        let csw0 = IdleFigures::now().csw;
         let medians = ping(&mut c, o)?;
-        let a = SideFigures::measured(own_csw() - csw0);
+        let a = SideFigures::measured(IdleFigures::now().csw - csw0);
         let line = lines.next()?;
         let b = SideFigures::parse(&line)
             .ok_or_else(|| format!("scale: the peer said {line:?}, expected its figures"))?;
@@ -449,9 +449,9 @@ pub fn peer_main(args: &[String]) -> i32 {
             wr: std::io::stdout(),
         };
         let mut c = open_conns(&plugin, o.dev, n, o.size, &mut lines)?;
-        let csw0 = own_csw();
+        let csw0 = IdleFigures::now().csw;
         pong(&mut c, &o)?;
-        let f = SideFigures::measured(own_csw() - csw0);
+        let f = SideFigures::measured(IdleFigures::now().csw - csw0);
         lines.send(&f.line())?;
         let mut bye = lines.next()?;
         if bye == "IDLE" {

@@ -70,7 +70,20 @@ impl SendQueue {
         self.wrs
             .iter()
             .take_while(|e| e.started)
-            .any(|e| e.wr.signaled || !e.emitted)
+            .any(WrEntry::awaits_ack)
+    }
+
+    /// Whether any WR posted, started or not, will wait for an ACK: what keeps the ack reader
+    /// off its long tick (one posted and not yet started soon will).
+    pub fn any_awaits_ack(&self) -> bool {
+        self.wrs.iter().any(WrEntry::awaits_ack)
+    }
+}
+
+impl WrEntry {
+    /// Signaled, or not fully emitted (see [`SendQueue::awaits_ack`]).
+    fn awaits_ack(&self) -> bool {
+        self.wr.signaled || !self.emitted
     }
 }
 
@@ -169,16 +182,9 @@ pub(super) const LINK_ALIVE: u8 = 1;
 pub(super) const LINK_DEAD: u8 = 2;
 
 impl QpShared {
-    /// Nothing posted waits for an answer: every WR still queued was emitted unsignaled (it
-    /// leaves with a later ACK). Stricter than [`SendQueue::awaits_ack`], which looks only at
-    /// WRs already started: one posted and not yet started keeps the ack reader watching.
+    /// Nothing posted waits for an answer ([`SendQueue::any_awaits_ack`]).
     pub(super) fn ack_quiet(&self) -> bool {
-        !self
-            .sq
-            .lock()
-            .wrs
-            .iter()
-            .any(|e| e.wr.signaled || !e.emitted)
+        !self.sq.lock().any_awaits_ack()
     }
 
     /// After a post: wake the ack reader if it waits with its long tick (its watch rechecks

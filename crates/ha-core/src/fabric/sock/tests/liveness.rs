@@ -141,24 +141,35 @@ fn write_one(a: &Side, b: &Side, id: u64) -> (Buf, Buf, Vec<Box<dyn MemoryRegion
     (src, dst, vec![ms, md])
 }
 
+/// WR 1 (64 KiB) completes and lands on a healthy link.
+fn write_ok(a: &Side, b: &Side) {
+    let (src, dst, _mrs) = write_one(a, b, 1);
+    assert_eq!(statuses(&a.wait(1)), vec![(1, WcStatus::Success)]);
+    assert!(dst.bytes() == src.bytes());
+}
+
+/// The far end goes silent; WR 2 then fails `RetryExcErr` within the retry window (not
+/// before it, at most 3 s after) and leaves the queue pair in error.
+fn cut_fails_the_next_wr(a: &Side, b: &Side, retry: Duration) {
+    blackhole_far();
+    let t0 = Instant::now();
+    let _kept = write_one(a, b, 2);
+    let c = a.wait(1);
+    let dt = t0.elapsed();
+    assert_eq!(statuses(&c), vec![(2, WcStatus::RetryExcErr)]);
+    assert!(dt >= retry, "fired early: {dt:?}");
+    assert!(dt <= retry + Duration::from_secs(3), "fired late: {dt:?}");
+    assert_eq!(a.qp.state(), QpState::Err);
+}
+
 #[test]
 fn a_link_that_stops_acknowledging_fails_within_the_retry_window() {
     let _l = TEST_LOCK.read();
     let retry = Duration::from_millis(400);
     let r = in_private_netns(move || {
         let (_fa, _fb, a, b) = near_far(retry);
-        let (src, dst, _mrs) = write_one(&a, &b, 1);
-        assert_eq!(statuses(&a.wait(1)), vec![(1, WcStatus::Success)]);
-        assert!(dst.bytes() == src.bytes());
-        blackhole_far();
-        let t0 = Instant::now();
-        let _kept = write_one(&a, &b, 2);
-        let c = a.wait(1);
-        let dt = t0.elapsed();
-        assert_eq!(statuses(&c), vec![(2, WcStatus::RetryExcErr)]);
-        assert!(dt >= retry, "fired early: {dt:?}");
-        assert!(dt <= retry + Duration::from_secs(3), "fired late: {dt:?}");
-        assert_eq!(a.qp.state(), QpState::Err);
+        write_ok(&a, &b);
+        cut_fails_the_next_wr(&a, &b, retry);
     });
     if r.is_none() {
         eprintln!("a_link_that_stops_acknowledging_fails_within_the_retry_window: skipped");
@@ -176,9 +187,7 @@ fn a_link_that_died_while_the_queue_pair_idled_fails_the_next_wr() {
     let retry = Duration::from_millis(400);
     let r = in_private_netns(move || {
         let (_fa, _fb, a, b) = near_far(retry);
-        let (src, dst, _mrs) = write_one(&a, &b, 1);
-        assert_eq!(statuses(&a.wait(1)), vec![(1, WcStatus::Success)]);
-        assert!(dst.bytes() == src.bytes());
+        write_ok(&a, &b);
         // Idle until readers wait with their long tick (four quiet ticks: ~160 ms here).
         let (long0, kicked0) = crate::fabric::sock::reader::long_wait_counts();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -186,17 +195,9 @@ fn a_link_that_died_while_the_queue_pair_idled_fails_the_next_wr() {
             assert!(Instant::now() < deadline, "no reader went quiet");
             a.none_until(Instant::now() + Duration::from_millis(20));
         }
-        blackhole_far();
-        let t0 = Instant::now();
-        let _kept = write_one(&a, &b, 2);
-        let c = a.wait(1);
-        let dt = t0.elapsed();
-        assert_eq!(statuses(&c), vec![(2, WcStatus::RetryExcErr)]);
+        cut_fails_the_next_wr(&a, &b, retry);
         let (_, kicked) = crate::fabric::sock::reader::long_wait_counts();
         assert!(kicked > kicked0, "the post did not kick the ack reader");
-        assert!(dt >= retry, "fired early: {dt:?}");
-        assert!(dt <= retry + Duration::from_secs(3), "fired late: {dt:?}");
-        assert_eq!(a.qp.state(), QpState::Err);
     });
     if r.is_none() {
         eprintln!("a_link_that_died_while_the_queue_pair_idled_fails_the_next_wr: skipped");
