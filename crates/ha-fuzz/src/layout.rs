@@ -4,10 +4,10 @@
 
 use super::input::Input;
 use ha_proto::data::layout::{
-    ctrl_imm, ctrl_slot, cts_word, data_imm, decode_wr_id, eager_imm, encode_cts, encode_record,
-    fast_imm, is_eager, is_fast, read_cts, read_record, wr_id, CtrlMsg, SharedWords, CTRL_WORDS,
-    CTS_BANKS, CTS_ENTRY_WORDS, CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAILBOX_SLOTS,
-    MAX_RECVS, RECORD_WORDS, SEND_REGION_WORDS,
+    ctrl_imm, ctrl_slot, cts_span, cts_word, data_imm, decode_wr_id, eager_imm, encode_cts,
+    encode_record, fast_imm, is_eager, is_fast, read_cts, read_record, wr_id, CtrlMsg, SharedWords,
+    CTRL_WORDS, CTS_BANKS, CTS_ENTRY_WORDS, CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH,
+    MAILBOX_SLOTS, MAX_RECVS, RECORD_WORDS, SEND_REGION_WORDS,
 };
 
 /// `[shift][imm u32][wr_id u64][words...]`: the words are stored from word `shift * 8`
@@ -54,7 +54,7 @@ pub fn data_layout(data: &[u8]) {
                     let words = encode_cts(&entries, seq, epoch);
                     for (k, w) in words.iter().enumerate() {
                         let entry_word = k < CTS_SLOT_WORDS - 2 && k % CTS_ENTRY_WORDS != 3;
-                        let used = k / CTS_ENTRY_WORDS < entries.len();
+                        let used = cts_span(entries.len()).contains(&k);
                         if k >= CTS_SLOT_WORDS - 2 || (entry_word && used) {
                             assert_eq!(*w, region.load(base + k), "CTS word {k} not lossless");
                         }

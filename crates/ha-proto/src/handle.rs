@@ -25,7 +25,9 @@ pub const HANDLE_MAGIC: u32 = 0x314e_4148; // "HAN1" little-endian
 /// 7: `sock` frames of unsignaled WRITEs carry `QUIET` (an older responder refuses the bit);
 ///    `sock` lanes: WRITEs of 512 KiB or more striped over extra streams (lane hellos,
 ///    `STRIPED` and `LANE` frames).
-pub const PROTOCOL_VERSION: u16 = 7;
+/// 8: a clear-to-send of `n` receives fills the last `n` entry places of its FIFO slot and is
+///    written as those and the two tail words only (`layout::cts_span`), not the whole slot.
+pub const PROTOCOL_VERSION: u16 = 8;
 const BODY_LEN: usize = 35;
 const SCRATCH_OFF: usize = 64;
 

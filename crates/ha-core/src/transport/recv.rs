@@ -10,9 +10,7 @@ use super::flush::Flushes;
 use super::link::{Drain, Event, Link, Phase};
 use super::mr::MrHandle;
 use crate::fabric::{SendOp, SendWr, Sge, WcStatus};
-use ha_proto::data::layout::{
-    CtrlKind, CtrlMsg, CtsEntry, CTS_SLOT_BYTES, CTS_SLOT_WORDS, FIFO_DEPTH,
-};
+use ha_proto::data::layout::{cts_span, CtrlKind, CtrlMsg, CtsEntry, CTS_SLOT_WORDS, FIFO_DEPTH};
 use ha_proto::data::recv::{EagerCopy, RecvSide};
 use ha_proto::data::ReqId;
 use std::sync::Arc;
@@ -160,20 +158,22 @@ impl RecvComm {
         fifo_word: usize,
         cts: &[u64; CTS_SLOT_WORDS],
     ) {
-        let base = slot * CTS_SLOT_WORDS;
-        for (i, w) in cts.iter().enumerate() {
+        // Only the words this clear-to-send fills go out (48 bytes for one receive).
+        let span = cts_span((cts[CTS_SLOT_WORDS - 2] & 0xffff_ffff) as usize);
+        let base = slot * CTS_SLOT_WORDS + span.start;
+        for (i, w) in cts[span.clone()].iter().enumerate() {
             self.link.stage.words.store(base + i, *w);
         }
         let lkey = self.link.stage.keys(path).lkey;
-        let local = self.link.stage.addr() + slot * CTS_SLOT_BYTES;
-        let remote = self.link.peer_addr + (fifo_word * 8) as u64;
+        let local = self.link.stage.addr() + base * 8;
+        let remote = self.link.peer_addr + ((fifo_word + span.start) * 8) as u64;
         let p = self.link.path_mut(path);
         let wr = SendWr {
             wr_id: ha_proto::data::layout::wr_id(ha_proto::data::layout::WrKind::Cts, seq, 0),
             op: SendOp::Write,
             local: Sge {
                 addr: local,
-                len: CTS_SLOT_BYTES,
+                len: span.len() * 8,
                 lkey,
             },
             remote_addr: remote,

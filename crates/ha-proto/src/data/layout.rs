@@ -1,10 +1,12 @@
 //! Memory layouts shared by both ends of a connection, and the words that hold them.
 //!
 //! * **CTS FIFO** (in the sender, written by the receiver with RDMA WRITE): [`CTS_BANKS`] banks
-//!   of [`FIFO_DEPTH`] slots of [`CTS_SLOT_WORDS`] u64 words: 8 entries of 4 words
+//!   of [`FIFO_DEPTH`] slots of [`CTS_SLOT_WORDS`] u64 words: room for 8 entries of 4 words
 //!   `{addr, size, rkey | tag << 32, 0}`, then `nreqs | epoch << 32`, then `seq` — last, so a
 //!   reader that sees the expected `seq` sees the whole slot (the fabrics place a WRITE's final
-//!   aligned word last). Clear-to-sends of path epoch `e` (the number of switches so far) go to
+//!   aligned word last). A clear-to-send of `n` entries puts them in the last `n` entry places
+//!   and writes only [`cts_span`]`(n)`, `4n + 2` words (48 bytes for one receive instead of
+//!   272): one WRITE small enough to go inline on real NICs. Clear-to-sends of path epoch `e` (the number of switches so far) go to
 //!   bank `e % 2` and carry `e`: a stale clear-to-send of the old path landing late (before the
 //!   sender fenced that path) lands in the other bank and can never overwrite the re-keyed one
 //!   of the same sequence number; the sender only reads clear-to-sends of its own epoch.
@@ -279,11 +281,25 @@ pub fn cts_word(epoch: u32, slot: usize) -> usize {
     ((epoch as usize % CTS_BANKS) * FIFO_DEPTH + slot % FIFO_DEPTH) * CTS_SLOT_WORDS
 }
 
-/// Encode a CTS slot of path epoch `epoch` (entries, then nreqs and the epoch, then seq).
+/// The words of a CTS slot that a clear-to-send of `n` entries (1..=8) fills, and so the only
+/// ones its WRITE carries: its entries (the last `n` entry places), then nreqs and the epoch,
+/// then seq. An `n` out of range gives the whole slot.
+pub fn cts_span(n: usize) -> std::ops::Range<usize> {
+    let n = if (1..=MAX_RECVS).contains(&n) {
+        n
+    } else {
+        MAX_RECVS
+    };
+    (MAX_RECVS - n) * CTS_ENTRY_WORDS..CTS_SLOT_WORDS
+}
+
+/// Encode a CTS slot of path epoch `epoch`: the entries in the last `entries.len()` entry
+/// places, then nreqs and the epoch, then seq (see [`cts_span`]).
 pub fn encode_cts(entries: &[CtsEntry], seq: u64, epoch: u32) -> [u64; CTS_SLOT_WORDS] {
     let mut w = [0u64; CTS_SLOT_WORDS];
+    let first = cts_span(entries.len()).start;
     for (i, e) in entries.iter().enumerate() {
-        let b = i * CTS_ENTRY_WORDS;
+        let b = first + i * CTS_ENTRY_WORDS;
         w[b] = e.addr;
         w[b + 1] = e.size;
         w[b + 2] = e.rkey as u64 | ((e.tag as u32 as u64) << 32);
@@ -325,10 +341,11 @@ pub fn read_cts(
     if n == 0 || n as usize > MAX_RECVS {
         return Err(n);
     }
+    let first = base + cts_span(n as usize).start;
     Ok(Some(
         (0..n as usize)
             .map(|i| {
-                let b = base + i * CTS_ENTRY_WORDS;
+                let b = first + i * CTS_ENTRY_WORDS;
                 let w2 = fifo.load(b + 2);
                 CtsEntry {
                     addr: fifo.load(b),
@@ -454,6 +471,48 @@ mod tests {
         assert_eq!(read_cts(&fifo, 3, 5, 9), Ok(Some(entries)));
         fifo.store(cts_word(3, 5) + CTS_SLOT_WORDS - 2, 9 | 3 << 32);
         assert_eq!(read_cts(&fifo, 3, 5, 9), Err(9));
+    }
+
+    #[test]
+    fn a_clear_to_send_writes_only_its_entries_and_the_tail_words() {
+        let entry = |k: u64| CtsEntry {
+            addr: 0x1000 * k,
+            size: k,
+            rkey: k as u32,
+            tag: -(k as i32),
+        };
+        assert_eq!(cts_span(1), 28..34, "one receive: 6 words, 48 bytes");
+        assert_eq!(cts_span(8), 0..CTS_SLOT_WORDS, "eight: the whole slot");
+        assert_eq!(
+            cts_span(0),
+            0..CTS_SLOT_WORDS,
+            "out of range: the whole slot"
+        );
+        assert_eq!(cts_span(9), 0..CTS_SLOT_WORDS);
+        let fifo = SharedWords::new(CTS_FIFO_WORDS);
+        let base = cts_word(0, 2);
+        // The slot last held an eight-receive clear-to-send of an older sequence number.
+        let old: Vec<CtsEntry> = (1..=8).map(entry).collect();
+        for (i, w) in encode_cts(&old, 2, 0).iter().enumerate() {
+            fifo.store(base + i, *w);
+        }
+        assert_eq!(read_cts(&fifo, 0, 2, 2), Ok(Some(old)));
+        for n in 1..=MAX_RECVS {
+            let seq = 2 + 32 * n as u64;
+            let new: Vec<CtsEntry> = (0..n as u64).map(|k| entry(100 + k)).collect();
+            let words = encode_cts(&new, seq, 0);
+            let span = cts_span(n);
+            assert_eq!(span.len(), CTS_ENTRY_WORDS * n + 2);
+            assert!(
+                words[..span.start].iter().all(|&w| w == 0),
+                "nothing outside the span"
+            );
+            // Only the span reaches the FIFO; the older words before it stay.
+            for i in span {
+                fifo.store(base + i, words[i]);
+            }
+            assert_eq!(read_cts(&fifo, 0, 2, seq), Ok(Some(new)), "{n} receives");
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub mod gdr;
 pub mod gid;
 mod hca;
 pub mod hca_filter;
+mod inline;
 mod mr;
 mod pd;
 mod qp;

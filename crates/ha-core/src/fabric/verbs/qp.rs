@@ -66,11 +66,6 @@ fn random_psn() -> u32 {
     (h.finish() & 0xFF_FFFF) as u32
 }
 
-/// Payload bytes a queue pair is asked to carry inside its send work requests (the plugin's
-/// own staged writes fit: clear-to-sends, completion records, control messages). A device
-/// that refuses gets a queue pair without inline data.
-const INLINE_WANT: u32 = 512;
-
 static INLINE_SENDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Send work requests posted inline so far, process-wide.
@@ -129,23 +124,22 @@ impl VerbsQp {
                 max_recv_wr: caps.max_recv_wr.clamp(1, max_wr),
                 max_send_sge: 1,
                 max_recv_sge: 1,
-                max_inline_data: INLINE_WANT,
+                max_inline_data: 0,
             },
             qp_type: sys::ibv_qp_type::IBV_QPT_RC,
             sq_sig_all: 0,
             ..Default::default()
         };
-        // SAFETY: live PD and CQ; `init` is a live in/out parameter.
-        let mut qp = unsafe { sys::ibv_create_qp(pd.pd, &mut init) };
-        if qp.is_null() {
-            // A device without (that much) inline data: ask for none.
-            init.cap.max_inline_data = 0;
-            // SAFETY: as above.
-            qp = unsafe { sys::ibv_create_qp(pd.pd, &mut init) };
-        }
-        if qp.is_null() {
+        // A device that refuses this much inline data is asked for less (inline.rs).
+        let created = super::inline::create_with_inline(|want| {
+            init.cap.max_inline_data = want;
+            // SAFETY: live PD and CQ; `init` is a live in/out parameter.
+            let qp = unsafe { sys::ibv_create_qp(pd.pd, &mut init) };
+            (!qp.is_null()).then_some(qp)
+        });
+        let Some((qp, _)) = created else {
             return Err(ffi::last_error(format!("{}: ibv_create_qp", pd.name)));
-        }
+        };
         // SAFETY: `qp` was just returned non-null.
         let qpn = unsafe { (*qp).qp_num };
         let rd = |v: i32| v.clamp(1, MAX_RD_ATOMIC) as u8;
