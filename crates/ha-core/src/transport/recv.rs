@@ -10,7 +10,9 @@ use super::flush::Flushes;
 use super::link::{Drain, Event, Link, Phase};
 use super::mr::MrHandle;
 use crate::fabric::{SendOp, SendWr, Sge, WcStatus};
-use ha_proto::data::layout::{cts_span, CtrlKind, CtrlMsg, CtsEntry, CTS_SLOT_WORDS, FIFO_DEPTH};
+use ha_proto::data::layout::{
+    cts_written, CtrlKind, CtrlMsg, CtsEntry, CTS_SLOT_WORDS, FIFO_DEPTH,
+};
 use ha_proto::data::recv::{EagerCopy, RecvSide};
 use ha_proto::data::ReqId;
 use std::sync::Arc;
@@ -159,7 +161,7 @@ impl RecvComm {
         cts: &[u64; CTS_SLOT_WORDS],
     ) {
         // Only the words this clear-to-send fills go out (48 bytes for one receive).
-        let span = cts_span((cts[CTS_SLOT_WORDS - 2] & 0xffff_ffff) as usize);
+        let span = cts_written(cts);
         let base = slot * CTS_SLOT_WORDS + span.start;
         for (i, w) in cts[span.clone()].iter().enumerate() {
             self.link.stage.words.store(base + i, *w);

@@ -162,8 +162,8 @@ impl Ends {
 
     /// The clear-to-send of `p` lands in the sender's FIFO.
     fn land_cts(&mut self, p: &RecvPost) {
-        for (i, w) in p.cts.iter().enumerate() {
-            self.fifo.store(p.fifo_word + i, *w);
+        for i in cts_written(&p.cts) {
+            self.fifo.store(p.fifo_word + i, p.cts[i]);
         }
     }
 

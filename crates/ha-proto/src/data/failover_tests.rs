@@ -217,9 +217,10 @@ impl Sim {
         self.copy(copy);
     }
 
-    pub(super) fn land_cts(&mut self, word: usize, words: &[u64]) {
-        for (i, w) in words.iter().enumerate() {
-            self.fifo.store(word + i, *w);
+    /// The clear-to-send's WRITE lands: only the words it carries (`cts_written`).
+    pub(super) fn land_cts(&mut self, word: usize, words: &[u64; CTS_SLOT_WORDS]) {
+        for i in cts_written(words) {
+            self.fifo.store(word + i, words[i]);
         }
     }
 

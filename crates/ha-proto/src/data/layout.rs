@@ -5,9 +5,9 @@
 //!   `{addr, size, rkey | tag << 32, 0}`, then `nreqs | epoch << 32`, then `seq` — last, so a
 //!   reader that sees the expected `seq` sees the whole slot (the fabrics place a WRITE's final
 //!   aligned word last). A clear-to-send of `n` entries puts them in the last `n` entry places
-//!   and writes only [`cts_span`]`(n)`, `4n + 2` words (48 bytes for one receive instead of
-//!   272): one WRITE small enough to go inline on real NICs. Clear-to-sends of path epoch `e` (the number of switches so far) go to
-//!   bank `e % 2` and carry `e`: a stale clear-to-send of the old path landing late (before the
+//!   and writes only [`cts_span`]`(n)`, `4n + 2` words: 48 bytes for one receive (what NCCL
+//!   posts almost always; small enough to go inline on real NICs), 272 for eight. Clear-to-sends
+//!   of path epoch `e` (the number of switches so far) go to bank `e % 2` and carry `e`: a stale clear-to-send of the old path landing late (before the
 //!   sender fenced that path) lands in the other bank and can never overwrite the re-keyed one
 //!   of the same sequence number; the sender only reads clear-to-sends of its own epoch.
 //! * **Completion records** (in the receiver, written by the sender's WRITE_WITH_IMM):
@@ -291,6 +291,11 @@ pub fn cts_span(n: usize) -> std::ops::Range<usize> {
         MAX_RECVS
     };
     (MAX_RECVS - n) * CTS_ENTRY_WORDS..CTS_SLOT_WORDS
+}
+
+/// The words of an encoded clear-to-send (from [`encode_cts`]) that its WRITE carries.
+pub fn cts_written(cts: &[u64; CTS_SLOT_WORDS]) -> std::ops::Range<usize> {
+    cts_span((cts[CTS_SLOT_WORDS - 2] & 0xffff_ffff) as usize)
 }
 
 /// Encode a CTS slot of path epoch `epoch`: the entries in the last `entries.len()` entry

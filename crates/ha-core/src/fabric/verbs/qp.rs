@@ -116,23 +116,25 @@ impl VerbsQp {
         let gid = select_gid(&table, link_layer, pd.cfg.gid_index)
             .map_err(|e| FabricError::System(format!("{}: {e}", pd.name)))?;
         let max_wr = hca.attr.max_qp_wr.max(1) as u32;
+        let cap = |max_inline_data| sys::ibv_qp_cap {
+            max_send_wr: caps.max_send_wr.clamp(1, max_wr),
+            max_recv_wr: caps.max_recv_wr.clamp(1, max_wr),
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data,
+        };
         let mut init = sys::ibv_qp_init_attr {
             send_cq: cq.cq,
             recv_cq: cq.cq,
-            cap: sys::ibv_qp_cap {
-                max_send_wr: caps.max_send_wr.clamp(1, max_wr),
-                max_recv_wr: caps.max_recv_wr.clamp(1, max_wr),
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
+            cap: cap(0),
             qp_type: sys::ibv_qp_type::IBV_QPT_RC,
             sq_sig_all: 0,
             ..Default::default()
         };
-        // A device that refuses this much inline data is asked for less (inline.rs).
+        // A device that refuses this much inline data is asked for less (inline.rs); each ask
+        // starts from the same capabilities, whatever a refused call left in `init`.
         let created = super::inline::create_with_inline(|want| {
-            init.cap.max_inline_data = want;
+            init.cap = cap(want);
             // SAFETY: live PD and CQ; `init` is a live in/out parameter.
             let qp = unsafe { sys::ibv_create_qp(pd.pd, &mut init) };
             (!qp.is_null()).then_some(qp)
