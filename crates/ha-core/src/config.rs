@@ -108,8 +108,8 @@ pub const SOCK_SEGMENT: Param = Param {
 pub const SOCK_INLINE: Param = Param {
     name: "HA_NCCL_SOCK_INLINE",
     kind: Kind::Bytes,
-    default: "4K",
-    doc: "`sock` fabric: a message of at most this many payload bytes (a post whose last write carries an immediate) is written onto the stream by the posting thread itself when the stream is free: no hand-off to the queue pair's sender thread on the small-message path; 0 = always the sender thread. Larger messages, clear-to-send entries and probes stay with the sender thread, which batches them (inlining those cost mid-size all_reduce up to 40 %: bench/results/2026-11-26-sock-fast-path.md).",
+    default: "8K",
+    doc: "`sock` fabric: a message of at most this many payload bytes (a post whose last write carries an immediate) is written onto the stream by the posting thread itself when the stream is free: no hand-off to the queue pair's sender thread on the small-message path; 0 = always the sender thread. One above 4 KiB (a fixed threshold: at 4K or less this rule never applies) only while its queue pair has been the process's only sender of such messages for 500 µs (NCCL's 8 KiB all_reduce, one channel): when several channels send them, their writes stay with their sender threads, which write in parallel instead of one after another in NCCL's proxy thread (bench/results/2026-11-27-compact-cts.md). Larger messages, clear-to-send entries and probes stay with the sender thread, which batches them (inlining those cost mid-size all_reduce up to 40 %: bench/results/2026-11-26-sock-fast-path.md).",
     range: Some((0, MIB)),
 };
 
@@ -854,7 +854,7 @@ mod tests {
         assert!(c.enable_backup && c.failback && !c.mr_eager);
         assert_eq!(c.rto, Duration::from_millis(1000));
         assert_eq!(c.sock_segment, 1 << 20);
-        assert_eq!(c.sock_inline, 4 << 10);
+        assert_eq!(c.sock_inline, 8 << 10);
         assert_eq!(c.sock_eager, 4 << 10);
         assert_eq!(c.sock_spin, Duration::from_micros(100));
         assert_eq!(c.sock_lanes, 4);

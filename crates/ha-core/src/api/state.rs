@@ -125,6 +125,7 @@ fn build() -> ApiResult<Plugin> {
                     retry_timeout: cfg.sock_retry,
                     segment_bytes: cfg.sock_segment,
                     inline_bytes: cfg.sock_inline,
+                    inline_gate: Some(crate::fabric::sock::InlineGate::process()),
                     spin: cfg.sock_spin,
                     lanes: cfg.sock_lanes,
                     limits: crate::fabric::DeviceLimits {

@@ -18,7 +18,9 @@
 //! The small-message path: a post that ends a message (its last write carries an immediate)
 //! with at most `HA_NCCL_SOCK_INLINE` payload bytes is written onto the outbound stream by the
 //! posting thread itself when the stream is free, without blocking: no hand-off to the sender
-//! thread. What the socket does not take at once is copied and left to the sender thread, which
+//! thread. Above 4 KiB only while its queue pair is the process's only sender of such messages
+//! (`inline_gate.rs`: several channels' larger messages are written in parallel by their
+//! sender threads instead of one after another by NCCL's proxy thread). What the socket does not take at once is copied and left to the sender thread, which
 //! writes it before anything else (`TxState::tail`). Plain writes (clear-to-send entries,
 //! probes) stay with the sender thread, which batches them. On the receiving end, after the
 //! second small message in a row the responder polls its stream (yielding the CPU between
@@ -109,6 +111,8 @@ mod connect;
 mod cq;
 mod domain;
 pub mod hello;
+mod inline_gate;
+pub use inline_gate::InlineGate;
 mod lane_state;
 mod lanes;
 mod limits;
@@ -164,8 +168,13 @@ pub struct SockConfig {
     /// Largest payload per frame (1 ..= [`wire::MAX_SEGMENT_BYTES`]).
     pub segment_bytes: usize,
     /// A post ending a message (a WRITE_WITH_IMM) with at most this many payload bytes is
-    /// written by the posting thread itself when the stream is free (0: never).
+    /// written by the posting thread itself when the stream is free (0: never); above 4 KiB
+    /// only as [`SockConfig::inline_gate`] allows.
     pub inline_bytes: usize,
+    /// Messages above 4 KiB go inline only while their queue pair is the only sender of such
+    /// messages this gate has seen ([`InlineGate::process`] in the plugin; `inline_gate.rs`);
+    /// `None`: by size alone (tests that need large inline writes whatever else runs).
+    pub inline_gate: Option<&'static InlineGate>,
     /// How long the responder polls its stream after the second small message in a row
     /// before it blocks again (zero: never polls; `HA_NCCL_SOCK_SPIN_US`).
     pub spin: Duration,
@@ -182,6 +191,8 @@ pub(crate) struct Tunables {
     pub retry_timeout: Duration,
     pub segment_bytes: usize,
     pub inline_bytes: usize,
+    /// [`SockConfig::inline_gate`].
+    pub inline_gate: Option<&'static InlineGate>,
     /// [`SockConfig::spin`].
     pub spin: Duration,
     /// [`SockConfig::lanes`].
@@ -257,6 +268,7 @@ impl SockFabric {
                 retry_timeout: cfg.retry_timeout,
                 segment_bytes: cfg.segment_bytes,
                 inline_bytes: cfg.inline_bytes,
+                inline_gate: cfg.inline_gate,
                 spin: cfg.spin,
                 lanes: cfg.lanes,
                 max_cqe: cfg.limits.max_cqe,

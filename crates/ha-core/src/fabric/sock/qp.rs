@@ -330,13 +330,13 @@ impl QueuePair for SockQp {
                     last_psn: 0,
                 });
             }
-            if idle
-                && imm
-                && bytes <= s.pd.tun.inline_bytes
-                && s.pd.tun.inline_bytes > 0
-                && !sq.link_dead
-                && requester::has_work(&sq)
-            {
+            let limit = s.pd.tun.inline_bytes;
+            let allowed = match s.pd.tun.inline_gate {
+                // Every larger message is noted (inline_gate.rs: they tell who else sends).
+                Some(gate) => gate.may_inline(s.qpn, bytes, limit),
+                None => bytes <= limit,
+            } && limit > 0;
+            if idle && imm && allowed && !sq.link_dead && requester::has_work(&sq) {
                 inline = self.try_take_inline(&mut sq);
             }
             if inline.is_none() || requester::has_work(&sq) {

@@ -26,6 +26,7 @@ fn devices_config_and_endpoint() {
             retry_timeout: Duration::from_secs(1),
             segment_bytes: seg,
             inline_bytes: 64 << 10,
+            inline_gate: None,
             spin: Duration::from_micros(100),
             lanes: 4,
             limits: Default::default(),

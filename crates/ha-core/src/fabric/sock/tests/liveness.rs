@@ -109,6 +109,7 @@ fn rail_fabric(ip: &str, retry: Duration) -> SockFabric {
         retry_timeout: retry,
         segment_bytes: 1 << 20,
         inline_bytes: 64 << 10,
+        inline_gate: None,
         spin: Duration::from_micros(100),
         lanes: 4,
         limits: Default::default(),

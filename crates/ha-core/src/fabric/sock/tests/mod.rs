@@ -44,6 +44,7 @@ pub(super) fn fabric(retry: Duration, seg: usize) -> SockFabric {
         retry_timeout: retry,
         segment_bytes: seg,
         inline_bytes: 64 << 10,
+        inline_gate: None,
         spin: Duration::from_micros(100),
         lanes: 4,
         limits: Default::default(),
