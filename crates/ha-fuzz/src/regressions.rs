@@ -26,8 +26,8 @@ fn switch_with_unregistrable_send_fails_the_connection() {
         1,
         0,
     );
-    for (k, w) in cts.iter().enumerate() {
-        fifo.store(ha_proto::data::layout::cts_word(0, 1) + k, *w);
+    for k in ha_proto::data::layout::cts_written(&cts) {
+        fifo.store(ha_proto::data::layout::cts_word(0, 1) + k, cts[k]);
     }
     // The receiver's re-post of the open receive for the switch (epoch 1).
     let reposted = encode_cts(
@@ -40,8 +40,8 @@ fn switch_with_unregistrable_send_fails_the_connection() {
         1,
         1,
     );
-    for (k, w) in reposted.iter().enumerate() {
-        fifo.store(ha_proto::data::layout::cts_word(1, 1) + k, *w);
+    for k in ha_proto::data::layout::cts_written(&reposted) {
+        fifo.store(ha_proto::data::layout::cts_word(1, 1) + k, reposted[k]);
     }
     let mut m = SendSide::new();
     let a = SendArgs {

@@ -118,7 +118,7 @@ impl FakeGpuFabric {
             retry_timeout: Duration::from_secs(5),
             segment_bytes: 1 << 20,
             inline_bytes: 4 << 10,
-            inline_gate: Some(ha_core::fabric::sock::InlineGate::process()),
+            inline_gate: None,
             spin: Duration::ZERO,
             lanes: 4,
             limits: Default::default(),

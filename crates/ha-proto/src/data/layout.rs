@@ -3,13 +3,15 @@
 //! * **CTS FIFO** (in the sender, written by the receiver with RDMA WRITE): [`CTS_BANKS`] banks
 //!   of [`FIFO_DEPTH`] slots of [`CTS_SLOT_WORDS`] u64 words: room for 8 entries of 4 words
 //!   `{addr, size, rkey | tag << 32, 0}`, then `nreqs | epoch << 32`, then `seq` — last, so a
-//!   reader that sees the expected `seq` sees the whole slot (the fabrics place a WRITE's final
-//!   aligned word last). A clear-to-send of `n` entries puts them in the last `n` entry places
-//!   and writes only [`cts_span`]`(n)`, `4n + 2` words: 48 bytes for one receive (what NCCL
-//!   posts almost always; small enough to go inline on real NICs), 272 for eight. Clear-to-sends
-//!   of path epoch `e` (the number of switches so far) go to bank `e % 2` and carry `e`: a stale clear-to-send of the old path landing late (before the
-//!   sender fenced that path) lands in the other bank and can never overwrite the re-keyed one
-//!   of the same sequence number; the sender only reads clear-to-sends of its own epoch.
+//!   reader that sees the expected `seq` sees the whole clear-to-send (the fabrics place a
+//!   WRITE's final aligned word last; the slot's words before [`cts_span`] may be older). A
+//!   clear-to-send of `n` entries puts them in the last `n` entry places and writes only
+//!   [`cts_span`]`(n)`, `4n + 2` words: 48 bytes for one receive (what NCCL posts almost
+//!   always; small enough to go inline on real NICs), 272 for eight. Clear-to-sends of path
+//!   epoch `e` (the number of switches so far) go to bank `e % 2` and carry `e`: a stale
+//!   clear-to-send of the old path landing late (before the sender fenced that path) lands in
+//!   the other bank and can never overwrite the re-keyed one of the same sequence number; the
+//!   sender only reads clear-to-sends of its own epoch.
 //! * **Completion records** (in the receiver, written by the sender's WRITE_WITH_IMM):
 //!   [`FIFO_DEPTH`] records of [`RECORD_WORDS`] words `{seq, nreqs | status << 32, sizes[8]}`.
 //!   The immediate carries the low 30 bits of `seq`. A send to a single receive that is not

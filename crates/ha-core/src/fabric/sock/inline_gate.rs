@@ -1,9 +1,10 @@
 //! Which messages a posting thread writes onto the stream itself ("inline"), by size and by
 //! how many queue pairs of the process are sending larger messages.
 //!
-//! Up to [`ALWAYS`] bytes: always (when the stream is free). Above that, up to the configured
-//! limit (`HA_NCCL_SOCK_INLINE`): only while this queue pair has been the process's only
-//! sender of such messages for [`ALONE_FOR`]. NCCL's proxy thread posts for every channel: at
+//! Up to [`ALWAYS`] bytes (or the configured limit, `HA_NCCL_SOCK_INLINE`, if lower): always,
+//! when the stream is free. Above that, up to the limit: only while no other queue pair of the
+//! process has posted such a message for [`ALONE_FOR`]. NCCL's proxy thread posts for every
+//! channel: at
 //! 8 KiB all_reduce one channel sends 8 KiB messages, and writing them inline skips a hand-off
 //! per message (−14 to −22 %); at 32 KiB four channels do, and writing theirs inline puts four
 //! channels' writes one after another into that one thread (on loopback and veth a `sendmsg`
@@ -25,15 +26,17 @@ pub const ALWAYS: usize = 4096;
 /// [`ALWAYS`] for this long.
 pub const ALONE_FOR: Duration = Duration::from_micros(500);
 
-/// Who has been posting messages above [`ALWAYS`]: one per process
-/// ([`InlineGate::process`]); tests give their fabric one of its own.
+/// Who has been posting messages above [`ALWAYS`]: one per process ([`InlineGate::process`]),
+/// shared by every `sock` fabric the plugin opens; a test may give its fabric one of its own.
 #[derive(Debug, Default)]
 pub struct InlineGate {
     /// The queue pair of the last such message (0: none yet; queue pair numbers start at 1).
     last_qpn: AtomicU32,
-    /// When such a message last came from another queue pair than the one before it (ns
-    /// since `epoch`).
-    crowd_ns: AtomicU64,
+    /// When the last such message was posted (ns since `epoch`).
+    last_ns: AtomicU64,
+    /// When a queue pair other than the last one's last posted such a message (ns since
+    /// `epoch`): a queue pair is alone once this is [`ALONE_FOR`] old.
+    other_ns: AtomicU64,
     epoch: OnceLock<Instant>,
 }
 
@@ -41,7 +44,8 @@ impl InlineGate {
     pub const fn new() -> InlineGate {
         InlineGate {
             last_qpn: AtomicU32::new(0),
-            crowd_ns: AtomicU64::new(0),
+            last_ns: AtomicU64::new(0),
+            other_ns: AtomicU64::new(0),
             epoch: OnceLock::new(),
         }
     }
@@ -65,17 +69,20 @@ impl InlineGate {
         self.note(qpn, now) && bytes <= limit
     }
 
-    /// Queue pair `qpn` posts a message above [`ALWAYS`] at `now_ns`: whether it has been the
-    /// only one doing so for [`ALONE_FOR`].
+    /// Queue pair `qpn` posts a message above [`ALWAYS`] at `now_ns`: whether no other queue
+    /// pair has posted one for [`ALONE_FOR`] (counted from the gate's first message when none
+    /// ever did).
     fn note(&self, qpn: u32, now_ns: u64) -> bool {
         let prev = self.last_qpn.swap(qpn, Relaxed);
-        let crowd = if prev == qpn {
-            self.crowd_ns.load(Relaxed)
+        let prev_ns = self.last_ns.fetch_max(now_ns, Relaxed);
+        let other = if prev == qpn {
+            self.other_ns.load(Relaxed)
         } else {
-            // Never backwards, whatever the order two threads store in.
-            self.crowd_ns.fetch_max(now_ns, Relaxed).max(now_ns)
+            // The previous poster was another queue pair: its last message is the newest
+            // other one (never moved backwards, whatever the order two threads store in).
+            self.other_ns.fetch_max(prev_ns, Relaxed).max(prev_ns)
         };
-        Duration::from_nanos(now_ns.saturating_sub(crowd)) >= ALONE_FOR
+        Duration::from_nanos(now_ns.saturating_sub(other)) >= ALONE_FOR
     }
 }
 
@@ -91,30 +98,42 @@ mod tests {
         let g = InlineGate::new();
         assert!(
             !g.note(7, 10 * US),
-            "the first larger message: nobody known alone yet"
+            "the window counts from the gate's first message"
         );
-        assert!(!g.note(7, 10 * US + GAP - 1));
-        assert!(g.note(7, 10 * US + GAP));
-        assert!(g.note(7, 10 * US + 100 * GAP));
+        assert!(!g.note(7, GAP - 1));
+        assert!(g.note(7, GAP));
+        assert!(g.note(7, 100 * GAP));
     }
 
     #[test]
-    fn another_sender_resets_the_window_for_both() {
+    fn another_sender_keeps_both_out_for_the_window_after_its_last_message() {
         let g = InlineGate::new();
         let t = 5 * GAP;
-        assert!(!g.note(1, 0));
         assert!(g.note(1, t), "alone");
-        assert!(!g.note(2, t + US), "a second queue pair");
-        assert!(!g.note(1, t + 2 * US), "the first again, right after");
+        assert!(
+            !g.note(2, t + US),
+            "a second queue pair, right after the first"
+        );
+        assert!(
+            !g.note(1, t + 2 * US),
+            "the first again, right after the second"
+        );
         assert!(
             !g.note(1, t + 3 * US),
-            "and again: the window restarted at the switch"
+            "and again: the second posted 2 us ago"
         );
-        assert!(!g.note(1, t + 2 * US + GAP - 1));
+        assert!(!g.note(1, t + US + GAP - 1));
         assert!(
-            g.note(1, t + 2 * US + GAP),
-            "alone for the window since the last switch"
+            g.note(1, t + US + GAP),
+            "the second's last message is the window old"
         );
+        // The second comes back after a long pause: alone too, the first having just posted?
+        assert!(
+            !g.note(2, t + US + GAP + US),
+            "no: the first posted 1 us ago"
+        );
+        // A third that posts after everyone has been quiet for the window is alone at once.
+        assert!(g.note(3, t + 3 * GAP), "quiet for the window before it");
     }
 
     #[test]
@@ -145,12 +164,16 @@ mod tests {
             0,
             "nothing noted while the limit is 4 KiB"
         );
-        // A larger message above the limit is noted: it tells others they are not alone.
+        // Queue pair 4 is alone; then a larger message above the limit from queue pair 3 is
+        // noted all the same: it tells 4 it is not alone any more.
+        assert!(!g.may_inline(4, 8192, 8192), "the first larger message");
+        let t = Instant::now();
+        while t.elapsed() < ALONE_FOR {
+            std::hint::spin_loop();
+        }
+        assert!(g.may_inline(4, 8192, 8192), "alone for the window");
         assert!(!g.may_inline(3, 64 << 10, 8192));
         assert_eq!(g.last_qpn.load(Relaxed), 3);
-        assert!(
-            !g.may_inline(4, 8192, 8192),
-            "another queue pair just posted"
-        );
+        assert!(!g.may_inline(4, 8192, 8192), "queue pair 3 just posted");
     }
 }

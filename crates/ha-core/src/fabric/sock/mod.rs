@@ -18,9 +18,10 @@
 //! The small-message path: a post that ends a message (its last write carries an immediate)
 //! with at most `HA_NCCL_SOCK_INLINE` payload bytes is written onto the outbound stream by the
 //! posting thread itself when the stream is free, without blocking: no hand-off to the sender
-//! thread. Above 4 KiB only while its queue pair is the process's only sender of such messages
-//! (`inline_gate.rs`: several channels' larger messages are written in parallel by their
-//! sender threads instead of one after another by NCCL's proxy thread). What the socket does not take at once is copied and left to the sender thread, which
+//! thread. Above 4 KiB only when no other queue pair of the process posted such a message in
+//! the last 500 µs (`inline_gate.rs`: several channels' larger messages are written in
+//! parallel by their sender threads instead of one after another by NCCL's proxy thread).
+//! What the socket does not take at once is copied and left to the sender thread, which
 //! writes it before anything else (`TxState::tail`). Plain writes (clear-to-send entries,
 //! probes) stay with the sender thread, which batches them. On the receiving end, after the
 //! second small message in a row the responder polls its stream (yielding the CPU between
@@ -171,8 +172,8 @@ pub struct SockConfig {
     /// written by the posting thread itself when the stream is free (0: never); above 4 KiB
     /// only as [`SockConfig::inline_gate`] allows.
     pub inline_bytes: usize,
-    /// Messages above 4 KiB go inline only while their queue pair is the only sender of such
-    /// messages this gate has seen ([`InlineGate::process`] in the plugin; `inline_gate.rs`);
+    /// Messages above 4 KiB go inline only when no other queue pair has posted one through this
+    /// gate for 500 µs ([`InlineGate::process`] in the plugin; `inline_gate.rs`);
     /// `None`: by size alone (tests that need large inline writes whatever else runs).
     pub inline_gate: Option<&'static InlineGate>,
     /// How long the responder polls its stream after the second small message in a row

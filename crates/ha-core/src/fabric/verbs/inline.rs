@@ -4,15 +4,14 @@
 //! is 48 bytes, a control message 128, a completion record 80), so a device that refuses the
 //! first request is asked for less, down to none, instead of straight to none.
 
-/// Inline payload sizes asked for, in order; the first the device accepts is used.
+/// Inline payload sizes asked for, in order, until the device accepts one (the queue pair
+/// then reports what it granted, at least that much).
 pub const INLINE_LADDER: [u32; 5] = [512, 256, 128, 64, 0];
 
-/// Runs `create(max_inline)` down [`INLINE_LADDER`] until it gives a queue pair; returns it
-/// with the size that was asked for, or `None` when even no inline data was refused.
-pub fn create_with_inline<T>(mut create: impl FnMut(u32) -> Option<T>) -> Option<(T, u32)> {
-    INLINE_LADDER
-        .iter()
-        .find_map(|&want| create(want).map(|qp| (qp, want)))
+/// Runs `create(max_inline)` down [`INLINE_LADDER`] until it gives a queue pair; `None` when
+/// even no inline data was refused.
+pub fn create_with_inline<T>(mut create: impl FnMut(u32) -> Option<T>) -> Option<T> {
+    INLINE_LADDER.iter().find_map(|&want| create(want))
 }
 
 #[cfg(test)]
@@ -30,28 +29,22 @@ mod tests {
     #[test]
     fn a_device_gets_the_largest_inline_size_it_accepts() {
         let mut asked = Vec::new();
-        assert_eq!(
-            create_with_inline(device(512, &mut asked)),
-            Some(("qp", 512))
-        );
+        assert_eq!(create_with_inline(device(512, &mut asked)), Some("qp"));
         assert_eq!(asked, [512], "one call when the first ask is granted");
 
         let mut asked = Vec::new();
-        assert_eq!(
-            create_with_inline(device(220, &mut asked)),
-            Some(("qp", 128))
-        );
-        assert_eq!(asked, [512, 256, 128]);
+        assert_eq!(create_with_inline(device(220, &mut asked)), Some("qp"));
+        assert_eq!(asked, [512, 256, 128], "granted at the third ask");
 
         let mut asked = Vec::new();
-        assert_eq!(create_with_inline(device(63, &mut asked)), Some(("qp", 0)));
-        assert_eq!(asked, INLINE_LADDER);
+        assert_eq!(create_with_inline(device(63, &mut asked)), Some("qp"));
+        assert_eq!(asked, INLINE_LADDER, "granted only without inline data");
     }
 
     #[test]
     fn a_device_that_refuses_every_queue_pair_gets_none_after_the_whole_ladder() {
         let mut asked = 0;
-        let r: Option<(u8, u32)> = create_with_inline(|_| {
+        let r: Option<u8> = create_with_inline(|_| {
             asked += 1;
             None
         });

@@ -139,7 +139,7 @@ impl VerbsQp {
             let qp = unsafe { sys::ibv_create_qp(pd.pd, &mut init) };
             (!qp.is_null()).then_some(qp)
         });
-        let Some((qp, _)) = created else {
+        let Some(qp) = created else {
             return Err(ffi::last_error(format!("{}: ibv_create_qp", pd.name)));
         };
         // SAFETY: `qp` was just returned non-null.

@@ -319,6 +319,13 @@ fn a_planned_switch_covers_an_unsignaled_clear_to_send_with_a_probe() {
         sig0 * 4 <= total,
         "{sig0} of {total} clear-to-sends signaled, expected about one in eight"
     );
+    // Each is one receive's: a WRITE of its entry and the two tail words only (protocol 8).
+    let lens = p.ctl_r.cts_lens.lock().clone();
+    assert_eq!(
+        lens,
+        std::collections::HashMap::from([(48, total)]),
+        "clear-to-sends by WRITE length"
+    );
     // Traffic stops with an unsignaled clear-to-send last on path 1.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !(settled_on(&p, 1) && p.recv.link.path(1).needs_cover()) {

@@ -5,6 +5,7 @@
 mod bench;
 mod data;
 mod errors;
+mod gate;
 mod lanes;
 mod lifecycle;
 mod liveness;

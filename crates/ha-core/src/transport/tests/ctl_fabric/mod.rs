@@ -59,6 +59,8 @@ pub struct Ctl {
     /// Clear-to-sends posted, signaled and unsignaled.
     pub cts_signaled: AtomicU64,
     pub cts_unsignaled: AtomicU64,
+    /// Clear-to-sends posted, by WRITE length in bytes.
+    pub cts_lens: Mutex<HashMap<usize, u64>>,
     /// Polls of this fabric's completion queues by the thread [`Ctl::count_polls_here`] named.
     pub cq_polls: AtomicU64,
     polls_by: Mutex<Option<std::thread::ThreadId>>,

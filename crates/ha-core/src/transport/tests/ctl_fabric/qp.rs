@@ -108,6 +108,7 @@ impl QueuePair for CtlQp {
                     &self.ctl.cts_unsignaled
                 };
                 c.fetch_add(1, Ordering::Relaxed);
+                *self.ctl.cts_lens.lock().entry(w.local.len).or_default() += 1;
             }
         }
         if self.ctl.link_dead(self.dev) || self.ctl.broken.lock().contains(&self.qpn) {
