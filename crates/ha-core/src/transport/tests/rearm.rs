@@ -136,11 +136,19 @@ fn a_rearmed_path_verifies_without_traffic_and_is_never_probed_half_connected() 
     let _l = TEST_LOCK.read();
     let mut p = Pair::new(HaCfg {
         heartbeat: Duration::from_secs(3600),
+        // The first attempt waits this long after the switch: longer than `fail_over`'s 50
+        // messages take in any build, so the re-arm cannot start and complete with traffic
+        // before the loop below looks (it did in debug builds, with the default 200 ms).
+        rearm_hold: Duration::from_secs(3),
         ..cfg()
     });
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 50, Duration::from_secs(30)).unwrap();
     fail_over(&mut p, &mut flow);
+    assert!(
+        p.send.link.rearm_pending().is_none() && p.send.stats().rearms == 0,
+        "re-armed during the traffic"
+    );
     // The sender starts a re-arm, then NCCL leaves it alone for a while.
     let deadline = Instant::now() + Duration::from_secs(10);
     while p.send.link.rearm_pending().is_none() {
