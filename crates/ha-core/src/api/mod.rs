@@ -6,6 +6,7 @@ pub mod gdr;
 pub mod handles;
 pub mod log;
 mod mem;
+mod nofile;
 pub mod ops;
 pub mod state;
 

@@ -89,6 +89,7 @@ pub fn get() -> ApiResult<&'static Plugin> {
 
 fn build() -> ApiResult<Plugin> {
     let cfg = Config::from_env().map_err(|e| ApiError::arg(e.to_string()))?;
+    super::nofile::at_init(&cfg);
     let ifs = netif::interfaces()
         .map_err(|e| ApiError::new(Code::SystemError, format!("listing interfaces: {e}")))?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();

@@ -10,6 +10,7 @@
 
 pub mod counters;
 pub mod doorbell;
+pub mod fd_limit;
 pub mod netif;
 pub mod oob;
 pub mod sock;
@@ -55,11 +56,14 @@ pub enum FabricError {
 }
 
 impl FabricError {
+    /// An I/O error in `context`; one of running out of descriptors also names the open-file
+    /// limit and how to raise it ([`fd_limit::exhausted_note`]).
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        FabricError::Io {
-            context: context.into(),
-            source,
+        let mut context = context.into();
+        if fd_limit::is_exhausted(&source) {
+            context = format!("{context} ({})", fd_limit::exhausted_note());
         }
+        FabricError::Io { context, source }
     }
 }
 

@@ -25,18 +25,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("handshake with {0} did not finish within the timeout")]
+    #[error(
+        "handshake with {0} did not finish within HA_NCCL_HANDSHAKE_TIMEOUT_MS (the peer did \
+         not answer; its log says why, for instance that it ran out of file descriptors)"
+    )]
     Timeout(String),
     #[error("{0}")]
     Usage(String),
 }
 
 impl Error {
+    /// An I/O error in `context`; one of running out of descriptors also names the open-file
+    /// limit and how to raise it.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io {
-            context: context.into(),
-            source,
+        let mut context = context.into();
+        if crate::fabric::fd_limit::is_exhausted(&source) {
+            context = format!("{context} ({})", crate::fabric::fd_limit::exhausted_note());
         }
+        Error::Io { context, source }
     }
 
     pub fn class(&self) -> ErrorClass {
@@ -47,6 +53,10 @@ impl Error {
             Error::Fabric(_) => ErrorClass::System,
             Error::Handshake { .. } | Error::Timeout(_) => ErrorClass::Remote,
             Error::Handle(_) => ErrorClass::Argument,
+            // Out of descriptors is this process's trouble, not the peer's.
+            Error::Io { source, .. } if crate::fabric::fd_limit::is_exhausted(source) => {
+                ErrorClass::System
+            }
             Error::Io { .. } => ErrorClass::Remote,
             Error::Usage(_) => ErrorClass::Usage,
         }

@@ -10,15 +10,20 @@ use super::oob_io::{read_some, write_some};
 use super::recv::RecvComm;
 use super::setup::Half;
 use crate::engine::Engine;
+use crate::fabric::fd_limit;
 use crate::fabric::oob::{OobListener, OobStream};
 use ha_proto::handle::{ConnectHandle, HANDLE_SIZE};
 use ha_proto::handshake::{Acceptor, Params};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Handshakes in progress beyond this are refused (oldest dropped first).
 const MAX_PENDING: usize = 64;
+
+/// A listener whose `accept` keeps failing (out of descriptors: NCCL calls in a loop) warns at
+/// most this often, counting the failures in between.
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
 
 pub struct ListenComm {
     engine: Arc<Engine>,
@@ -30,6 +35,40 @@ pub struct ListenComm {
     stats_file: String,
     /// Handshakes dropped (bad token, garbage, timeout): for tests and stats.
     pub rejected: u64,
+    accept_warnings: AcceptWarnings,
+}
+
+/// Failed `accept` calls not yet reported, and when the last warning went out.
+#[derive(Default)]
+struct AcceptWarnings {
+    failures: u64,
+    warned: Option<Instant>,
+}
+
+impl AcceptWarnings {
+    /// Count a failed `accept` of device `dev`'s listener; the warning to log, at most one per
+    /// [`ACCEPT_WARN_EVERY`]. Out of descriptors, it names the open-file limit: the connecting
+    /// peer only sees its handshake time out.
+    fn failed(&mut self, e: &std::io::Error, dev: usize, now: Instant) -> Option<String> {
+        self.failures += 1;
+        if self
+            .warned
+            .is_some_and(|t| now.saturating_duration_since(t) < ACCEPT_WARN_EVERY)
+        {
+            return None;
+        }
+        let n = std::mem::take(&mut self.failures);
+        self.warned = Some(now);
+        let why = if fd_limit::is_exhausted(e) {
+            format!("{e} ({})", fd_limit::exhausted_note())
+        } else {
+            e.to_string()
+        };
+        Some(format!(
+            "accept on the OOB listener of device {dev} failed ({n} time(s) since the last \
+             warning; peers connecting meanwhile wait, then time out): {why}"
+        ))
+    }
 }
 
 struct PendingAccept {
@@ -68,6 +107,7 @@ impl ListenComm {
             cfg: cfg.clone(),
             stats_file: stats_file.to_string(),
             rejected: 0,
+            accept_warnings: AcceptWarnings::default(),
         })
     }
 
@@ -94,7 +134,9 @@ impl ListenComm {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!("NET/HA accept on the OOB listener failed: {e}");
+                    if let Some(w) = self.accept_warnings.failed(&e, self.dev, Instant::now()) {
+                        tracing::warn!("NET/HA : {w}");
+                    }
                     break;
                 }
             }
@@ -174,4 +216,48 @@ fn random_token() -> u64 {
             .unwrap_or(0),
     );
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AcceptWarnings, ACCEPT_WARN_EVERY};
+    use std::io;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_failing_accept_warns_once_per_period_with_the_count_and_the_limit() {
+        let mut w = AcceptWarnings::default();
+        let t0 = Instant::now();
+        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
+        let first = w.failed(&emfile, 1, t0).expect("the first failure warns");
+        assert!(first.contains("device 1 failed (1 time(s)"), "{first}");
+        assert!(
+            first.contains("out of file descriptors: open-file limit"),
+            "{first}"
+        );
+        // NCCL calls accept in a loop: the next failures are only counted ...
+        for k in 1..=9u64 {
+            assert_eq!(
+                w.failed(&emfile, 1, t0 + Duration::from_millis(k * 100)),
+                None
+            );
+        }
+        // ... until the period is over; the warning counts them, and the one now.
+        let next = w
+            .failed(&emfile, 1, t0 + ACCEPT_WARN_EVERY)
+            .expect("a warning after the period");
+        assert!(next.contains("(10 time(s)"), "{next}");
+        // Another error kind carries no descriptor note.
+        let other = w
+            .failed(
+                &io::Error::from_raw_os_error(libc::EINVAL),
+                1,
+                t0 + ACCEPT_WARN_EVERY * 2,
+            )
+            .expect("a warning after the period");
+        assert!(
+            other.contains("(1 time(s)") && !other.contains("file descriptors"),
+            "{other}"
+        );
+    }
 }
