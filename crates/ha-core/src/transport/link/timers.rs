@@ -295,3 +295,31 @@ impl Link {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SoftClock;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_late_tick_restarts_the_soft_timers_and_a_timely_one_does_not() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c = SoftClock::new(t0, ms(150));
+        // Work posted at t0; ticks every 100 ms: nothing is late, its time keeps counting.
+        assert!(!c.tick(t0 + ms(100)));
+        assert!(!c.tick(t0 + ms(200)));
+        assert_eq!(c.elapsed(t0, t0 + ms(200)), ms(200));
+        // The process stops for 900 ms: the next tick is late and the timers restart there,
+        // so the work has waited 0 ms (not 1100) at that tick, and 5 ms just after.
+        assert!(c.tick(t0 + ms(1100)));
+        assert_eq!(c.last_tick(), t0 + ms(1100));
+        assert_eq!(c.elapsed(t0, t0 + ms(1100)), Duration::ZERO);
+        assert_eq!(c.elapsed(t0, t0 + ms(1105)), ms(5));
+        // Work posted after the restart counts from its own post.
+        assert_eq!(c.elapsed(t0 + ms(1102), t0 + ms(1105)), ms(3));
+        // Exactly the late threshold is not late.
+        assert!(!c.tick(t0 + ms(1250)));
+        assert_eq!(c.elapsed(t0, t0 + ms(1250)), ms(150));
+    }
+}

@@ -175,10 +175,20 @@ fn a_failover_the_peer_finishes_after_the_deadline_still_completes() {
 
 /// A tick that comes late because the process (or NCCL) did not run is no miss: the soft
 /// timers restart; work that completes soon after is no reason to fail over.
+///
+/// The silence check is off: it is not under test, and with the link state hidden it judges
+/// the path by beats that `sock`'s threads must answer within 25 ms, which a loaded machine
+/// can miss (one CI failure: a failover where none was expected). Note: in this pair the held
+/// work has completed by the late pump (its path shows nothing outstanding then), so this
+/// test checks that the late tick is counted and moves no traffic; the restart itself is
+/// `SoftClock`'s unit test (`link/timers.rs`).
 #[test]
 fn a_late_tick_restarts_the_soft_timers() {
     let _l = TEST_LOCK.read();
-    let mut p = Pair::new(cfg());
+    let mut p = Pair::new(HaCfg {
+        silence: Duration::ZERO,
+        ..cfg()
+    });
     p.ctl.hide_link_state();
     let mut flow = Flow::new(&p, 8, 64 << 10);
     flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
@@ -198,6 +208,7 @@ fn a_late_tick_restarts_the_soft_timers() {
     p.ctl.release(p.qpn(true, 0));
     flow.run(&mut p, 200, Duration::from_secs(30)).unwrap();
     assert_eq!(p.send.stats().failovers, 0);
+    assert_eq!(p.recv.stats().failovers, 0);
 }
 
 /// The standby's port goes down: it is lost (counted), traffic stays on the primary; when the
