@@ -125,7 +125,7 @@ pub const SOCK_SPIN_US: Param = Param {
     name: "HA_NCCL_SOCK_SPIN_US",
     kind: Kind::U64,
     default: "100",
-    doc: "`sock` fabric: after the second small message (≤ 8 KiB: NCCL's LL steps up to 32 KiB all_reduce) in a row, a queue pair's responder thread keeps polling its stream this many microseconds (yielding the CPU between polls) before it blocks in `recv` again, so the next step of a latency-bound collective is read by a running thread instead of one the kernel must wake (nccl-tests 8 B all_reduce 45 → 38 µs on an H100 host). A larger message ends the polling at once. Costs each receiving queue pair up to this much CPU time per small message; 0 = always block.",
+    doc: "`sock` fabric: after the second small message (≤ 8 KiB: with two ranks, NCCL's LL steps of all_reduce up to 32 KiB) in a row, a queue pair's responder thread keeps polling its stream this many microseconds (yielding the CPU between polls) before it blocks in `recv` again, so the next step of a latency-bound collective is read by a running thread instead of one the kernel must wake (nccl-tests 8 B all_reduce 45 → 38 µs on an H100 host). A larger message ends the polling at once. Costs each receiving queue pair up to this much CPU time per small message; 0 = always block.",
     range: Some((0, 10_000)),
 };
 

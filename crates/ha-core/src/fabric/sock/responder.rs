@@ -35,10 +35,11 @@ struct SpinRule {
     last_small: bool,
 }
 
-/// 8 KiB of payload plus the transport's record (80 bytes) or eager header (16 bytes): NCCL's
-/// LL steps of 8 KiB per channel (all_reduce of 8–32 KiB) are small messages too. Run 91 of
-/// bench/results/2026-11-27-sock-poll-8k.md: 8–32 KiB 13–22 % faster than with 4 KiB, no
-/// size slower beyond the spread.
+/// 8 KiB of payload plus room for the transport's 80-byte record (eager sends, at most 4 KiB,
+/// add a 16-byte header): with two ranks, NCCL's LL steps of all_reduce at 8–32 KiB are 8 KiB
+/// messages per channel, small messages too. Runs 91–93 of
+/// bench/results/2026-11-27-sock-poll-8k.md (two ranks, H100): 8 KiB 12–24 % faster than with
+/// 4 KiB, 16 KiB 18 %, 32 KiB 8–16 %; no size slower in the runs with an A/A column.
 const SPIN_AFTER_MAX: u64 = (8 << 10) + 128;
 
 impl SpinRule {
@@ -532,7 +533,7 @@ mod tests {
         assert_eq!(message(&mut r, &[8]), (false, true));
         assert_eq!(message(&mut r, &[4096, 16]), (false, true));
         assert_eq!(message(&mut r, &[4096, 80]), (false, true));
-        // NCCL's 8 KiB LL steps, inline or after their record.
+        // NCCL's 8 KiB LL steps: with a fast immediate (no record), or followed by the record.
         assert_eq!(message(&mut r, &[8192]), (false, true));
         assert_eq!(message(&mut r, &[8192, 80]), (false, true));
         assert_eq!(message(&mut r, &[0, 80]), (false, true));
@@ -552,8 +553,15 @@ mod tests {
             assert_eq!(message(&mut r, &[80]), (false, false));
             assert_eq!(message(&mut r, &[128 << 10, 80]), (true, false));
         }
-        // Several small WRITEs adding up to more than the limit make a large message.
+        // Several small WRITEs adding up to more than the limit make a large message (each
+        // after a small one, so a wrong sum would start the polling).
+        message(&mut r, &[8]);
         assert_eq!(message(&mut r, &[4096, 4096, 4096, 80]), (false, false));
+        message(&mut r, &[8]);
+        assert_eq!(message(&mut r, &[4096, 4096, 128]), (false, true));
+        assert_eq!(message(&mut r, &[4096, 4096, 129]), (false, false));
+        message(&mut r, &[8]);
+        assert_eq!(message(&mut r, &[8192, 129]), (false, false));
         assert_eq!(message(&mut r, &[SPIN_AFTER_MAX + 1]), (true, false));
         assert_eq!(message(&mut r, &[8]), (false, false));
         assert_eq!(message(&mut r, &[8]), (false, true));
