@@ -1,37 +1,52 @@
-//! The open-file limit at init: a warning when it is too low for `sock`'s descriptors.
+//! The open-file limit at init: the soft limit raised to the hard one (NCCL does so only in
+//! the process hosting its bootstrap root), and a warning when even that is low for `sock`.
 
 use crate::config::{Config, FabricKind};
 use crate::fabric::fd_limit::{self, NofileLimit};
 
-/// A hard limit below this (the usual soft default) is worth a warning for `sock`.
-const SOCK_LOW: u64 = 1024;
-/// Descriptors of a `sock` connection with its standby, and of the plugin without any
-/// connection (measured with `ha-harness scale`: 20 at one connection, 524 at 64).
-const PER_CONN: u64 = 8;
+/// A limit below this is worth a warning for `sock`.
+const SOCK_LOW: u64 = 4096;
+/// Descriptors of a `sock` connection (a send and a receive comm, with the standby) at the
+/// high end of what was measured (8–12; more once large messages stripe over lanes), and of
+/// the plugin without any connection.
+const PER_CONN: u64 = 12;
 const BASE: u64 = 16;
 
-/// Warn when `sock` runs under a low hard limit (NCCL raises the soft limit to the hard one
-/// when it starts, before or after this init: the hard one is what counts). Never fails
-/// init: an error from running out names the limit itself.
+/// Raise the soft limit (one INFO line when it moves); warn when `sock` is left with a low
+/// one. Never fails init: an error from running out names the limit itself.
 pub fn at_init(cfg: &Config) {
-    if let Some(msg) = fd_limit::nofile()
-        .ok()
-        .and_then(|l| low_for_sock(cfg.fabric, l))
-    {
+    let now = match fd_limit::raise_nofile() {
+        Ok((before, after)) => {
+            if after.soft != before.soft {
+                tracing::info!(
+                    "NET/HA : raised this process's open-file limit (RLIMIT_NOFILE) from {} to \
+                     its hard limit {}: a `sock` connection holds 8–12 descriptors",
+                    before.soft,
+                    after.soft
+                );
+            }
+            Some(after)
+        }
+        Err(e) => {
+            tracing::warn!("NET/HA : could not raise the open-file limit: {e}");
+            fd_limit::nofile().ok()
+        }
+    };
+    if let Some(msg) = now.and_then(|l| low_for_sock(cfg.fabric, l)) {
         tracing::warn!("NET/HA : {msg}");
     }
 }
 
-/// The warning for a hard limit too low for `sock`, if it is.
+/// The warning for a soft limit too low for `sock`, if it is.
 fn low_for_sock(fabric: FabricKind, l: NofileLimit) -> Option<String> {
-    (fabric == FabricKind::Sock && l.hard < SOCK_LOW).then(|| {
+    (fabric == FabricKind::Sock && l.soft < SOCK_LOW).then(|| {
         format!(
-            "the open-file limit is {} (hard {}): a `sock` connection holds about 8 \
-             descriptors with its standby, so at most about {} connections fit in this \
-             process; raise the hard limit (`ulimit -Hn`)",
+            "this process's open-file limit is {} (hard {}): a `sock` connection (a send and a \
+             receive comm) holds 8–12 descriptors, so about {} fit; raise `ulimit -Hn` and \
+             `ulimit -n` for a job with more",
             l.soft,
             l.hard,
-            l.hard.saturating_sub(BASE) / PER_CONN,
+            l.soft.saturating_sub(BASE) / PER_CONN,
         )
     })
 }
@@ -41,22 +56,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_low_hard_limit_is_named_for_sock_only() {
+    fn a_low_limit_is_named_for_sock_only() {
         let l = NofileLimit {
-            soft: 128,
-            hard: 256,
+            soft: 1024,
+            hard: 1024,
         };
-        let m = low_for_sock(FabricKind::Sock, l).expect("256 is low for sock");
+        let m = low_for_sock(FabricKind::Sock, l).expect("1024 is low for sock");
         assert!(
-            m.contains("is 128 (hard 256)") && m.contains("at most about 30 connections"),
+            m.contains("limit is 1024 (hard 1024)") && m.contains("so about 84 fit"),
             "{m}"
         );
         assert_eq!(low_for_sock(FabricKind::Verbs, l), None);
-        // A low soft limit alone: NCCL raises it to the hard one.
-        let raisable = NofileLimit {
-            soft: 128,
+        let ample = NofileLimit {
+            soft: SOCK_LOW,
             hard: SOCK_LOW,
         };
-        assert_eq!(low_for_sock(FabricKind::Sock, raisable), None);
+        assert_eq!(low_for_sock(FabricKind::Sock, ample), None);
     }
 }

@@ -1,11 +1,13 @@
 //! The process's open-file limit (`RLIMIT_NOFILE`). Every `sock` queue pair holds a few
-//! sockets: a connection takes about 4 descriptors per path, 8 with its standby (measured:
-//! 524 for 64 connections). NCCL raises the soft limit to the hard one when it starts, so
-//! under NCCL the hard limit (`ulimit -Hn`) bounds the connections a rank can open. When
-//! descriptors run out, [`exhausted_note`] names the limit in the error: without it the
-//! connecting peer only sees its handshake time out.
+//! sockets: a connection (a send and a receive comm) takes 8–12 descriptors with its standby,
+//! up to about 20 once large messages stripe over lanes. NCCL raises the soft limit to the
+//! hard one only in the process that hosts its bootstrap root, so the plugin raises it at
+//! init in every process ([`raise_nofile`]). When descriptors run out anyway, errors and
+//! warnings name the limit ([`exhausted_note`], [`warn_exhausted`]).
 
+use parking_lot::Mutex;
 use std::io;
+use std::time::{Duration, Instant};
 
 /// Soft and hard `RLIMIT_NOFILE`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,28 +32,92 @@ pub fn nofile() -> io::Result<NofileLimit> {
     })
 }
 
+/// Raise the soft limit to the hard one, as NCCL's bootstrap root does for its own process.
+/// Returns the limit before and after (equal when there was nothing to raise).
+pub fn raise_nofile() -> io::Result<(NofileLimit, NofileLimit)> {
+    let before = nofile()?;
+    if before.soft >= before.hard {
+        return Ok((before, before));
+    }
+    let r = libc::rlimit {
+        rlim_cur: before.hard,
+        rlim_max: before.hard,
+    };
+    // SAFETY: `r` is a valid rlimit; raising the soft limit up to the hard one needs no
+    // privilege, and the kernel checks the values.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((before, nofile()?))
+}
+
 /// Whether `e` says the process (EMFILE) or the system (ENFILE) ran out of descriptors.
 pub fn is_exhausted(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
-/// What to tell the user when descriptors ran out: the limit, what holds descriptors, the fix.
-pub fn exhausted_note() -> String {
-    let limit = match nofile() {
-        Ok(l) => format!("open-file limit {} (hard {})", l.soft, show(l.hard)),
-        Err(_) => "open-file limit unknown".to_string(),
-    };
-    format!(
-        "out of file descriptors: {limit}; a `sock` connection holds about 4 per path, 8 \
-         with its standby: raise the hard limit, `ulimit -Hn` (NCCL raises the soft one to it)"
-    )
+/// What to tell the user about exhaustion error `e`: which limit, and how to raise it.
+pub fn exhausted_note(e: &io::Error) -> String {
+    if e.raw_os_error() == Some(libc::ENFILE) {
+        return "the system's file table is full: raise fs.file-max (sysctl)".into();
+    }
+    match nofile() {
+        Ok(l) => format!(
+            "this process's open-file limit is {} (hard {}): raise `ulimit -n` (and \
+             `ulimit -Hn`); a `sock` connection holds 8–12 descriptors, about 20 with lanes",
+            l.soft, l.hard
+        ),
+        Err(_) => "raise the open-file limit (`ulimit -n`)".into(),
+    }
 }
 
-fn show(v: u64) -> String {
-    if v == libc::RLIM_INFINITY {
-        "unlimited".into()
-    } else {
-        v.to_string()
+/// At most one exhaustion warning per this period, process-wide: once descriptors run out,
+/// every connection's threads and NCCL's calls fail the same way, many times a second.
+pub const WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// Exhaustion warnings held back since the last one, and when that went out.
+#[derive(Debug, Default)]
+pub struct WarnLimiter {
+    held: u64,
+    last: Option<Instant>,
+}
+
+impl WarnLimiter {
+    /// Count one failure `what` with error `e` at `now`; the warning to log, at most one per
+    /// [`WARN_EVERY`], with the failures held back since the last.
+    pub fn note(&mut self, what: &str, e: &io::Error, now: Instant) -> Option<String> {
+        if self
+            .last
+            .is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY)
+        {
+            self.held += 1;
+            return None;
+        }
+        let more = match std::mem::take(&mut self.held) {
+            0 => String::new(),
+            1 => format!(
+                " (1 more such failure in the last {} s)",
+                WARN_EVERY.as_secs()
+            ),
+            n => format!(
+                " ({n} more such failures in the last {} s)",
+                WARN_EVERY.as_secs()
+            ),
+        };
+        self.last = Some(now);
+        Some(format!("{what}: {e}{more}; {}", exhausted_note(e)))
+    }
+}
+
+static LIMITER: Mutex<WarnLimiter> = Mutex::new(WarnLimiter {
+    held: 0,
+    last: None,
+});
+
+/// Log exhaustion failure `what` through the process-wide [`WarnLimiter`].
+pub fn warn_exhausted(what: &str, e: &io::Error) {
+    if let Some(w) = LIMITER.lock().note(what, e, Instant::now()) {
+        tracing::warn!("NET/HA : {w}");
     }
 }
 
@@ -70,28 +136,79 @@ mod tests {
     }
 
     #[test]
-    fn the_note_names_the_limit_and_the_fix() {
-        let n = exhausted_note();
+    fn the_note_names_the_limit_or_the_system_table() {
+        let n = exhausted_note(&io::Error::from_raw_os_error(libc::EMFILE));
         let l = nofile().unwrap();
-        assert!(n.contains(&format!("open-file limit {}", l.soft)), "{n}");
-        assert!(n.contains("raise the hard limit, `ulimit -Hn`"), "{n}");
+        assert!(
+            n.contains(&format!("open-file limit is {} (hard {})", l.soft, l.hard)),
+            "{n}"
+        );
+        assert!(n.contains("raise `ulimit -n`"), "{n}");
+        let n = exhausted_note(&io::Error::from_raw_os_error(libc::ENFILE));
+        assert!(n.contains("fs.file-max") && !n.contains("ulimit"), "{n}");
+    }
+
+    #[test]
+    fn the_limiter_warns_once_per_period_with_the_count() {
+        let mut w = WarnLimiter::default();
+        let t0 = Instant::now();
+        let e = io::Error::from_raw_os_error(libc::EMFILE);
+        let first = w
+            .note("accepting", &e, t0)
+            .expect("the first failure warns");
+        assert!(first.starts_with("accepting: "), "{first}");
+        assert!(!first.contains("more such"), "{first}");
+        assert!(first.contains("open-file limit is"), "{first}");
+        for k in 1..=9u64 {
+            assert_eq!(
+                w.note("accepting", &e, t0 + Duration::from_millis(k * 100)),
+                None
+            );
+        }
+        let next = w
+            .note("connecting", &e, t0 + WARN_EVERY)
+            .expect("a warning after the period");
+        assert!(
+            next.contains("(9 more such failures in the last 5 s)"),
+            "{next}"
+        );
+        assert_eq!(
+            w.note(
+                "accepting",
+                &e,
+                t0 + WARN_EVERY * 2 - Duration::from_millis(1)
+            ),
+            None
+        );
+        let last = w.note("accepting", &e, t0 + WARN_EVERY * 2).unwrap();
+        assert!(last.contains("(1 more such failure in"), "{last}");
+    }
+
+    #[test]
+    fn raising_never_lowers_the_limit() {
+        let before = nofile().unwrap();
+        let (was, now) = raise_nofile().unwrap();
+        assert_eq!(was.hard, before.hard);
+        assert_eq!(now.soft, before.soft.max(before.hard));
+        assert_eq!(now.hard, before.hard);
     }
 
     #[test]
     fn an_io_error_of_exhaustion_carries_the_note_and_others_do_not() {
         let e = crate::fabric::FabricError::io(
-            "sock: connect",
+            "sock: connecting to 10.0.0.2:5000",
             io::Error::from_raw_os_error(libc::EMFILE),
         );
         let s = e.to_string();
         assert!(
-            s.starts_with("sock: connect (out of file descriptors: open-file limit"),
+            s.starts_with("sock: connecting to 10.0.0.2:5000: Too many open files")
+                && s.contains("; this process's open-file limit is"),
             "{s}"
         );
         let e = crate::fabric::FabricError::io(
             "sock: connect",
             io::Error::from_raw_os_error(libc::ECONNREFUSED),
         );
-        assert!(!e.to_string().contains("file descriptors"), "{e}");
+        assert!(!e.to_string().contains("open-file"), "{e}");
     }
 }

@@ -45,11 +45,13 @@ pub enum FabricError {
     QueueFull(&'static str),
     #[error("malformed peer address: {0}")]
     BadPeerAddress(String),
-    #[error("{context}: {source}")]
+    #[error("{context}: {source}{note}")]
     Io {
         context: String,
         #[source]
         source: std::io::Error,
+        /// Out of descriptors: "; " and which limit to raise ([`fd_limit::exhausted_note`]).
+        note: String,
     },
     #[error("{0}")]
     System(String),
@@ -59,11 +61,16 @@ impl FabricError {
     /// An I/O error in `context`; one of running out of descriptors also names the open-file
     /// limit and how to raise it ([`fd_limit::exhausted_note`]).
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        let mut context = context.into();
-        if fd_limit::is_exhausted(&source) {
-            context = format!("{context} ({})", fd_limit::exhausted_note());
+        let note = if fd_limit::is_exhausted(&source) {
+            format!("; {}", fd_limit::exhausted_note(&source))
+        } else {
+            String::new()
+        };
+        FabricError::Io {
+            context: context.into(),
+            source,
+            note,
         }
-        FabricError::Io { context, source }
     }
 }
 

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 /// Handshakes in progress beyond this are refused (oldest dropped first).
 const MAX_PENDING: usize = 64;
 
-/// A listener whose `accept` keeps failing (out of descriptors: NCCL calls in a loop) warns at
-/// most this often, counting the failures in between.
+/// A listener whose `accept` keeps failing for another reason than exhaustion warns at most
+/// this often (NCCL calls in a loop).
 const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
 
 pub struct ListenComm {
@@ -35,39 +35,45 @@ pub struct ListenComm {
     stats_file: String,
     /// Handshakes dropped (bad token, garbage, timeout): for tests and stats.
     pub rejected: u64,
-    accept_warnings: AcceptWarnings,
+    accept_failing: AcceptFailing,
 }
 
-/// Failed `accept` calls not yet reported, and when the last warning went out.
+/// A listener's failing `accept`s: when the last warning of an error other than exhaustion
+/// went out, and since when every `accept` has run out of descriptors.
 #[derive(Default)]
-struct AcceptWarnings {
-    failures: u64,
+struct AcceptFailing {
     warned: Option<Instant>,
+    exhausted_since: Option<Instant>,
 }
 
-impl AcceptWarnings {
-    /// Count a failed `accept` of device `dev`'s listener; the warning to log, at most one per
-    /// [`ACCEPT_WARN_EVERY`]. Out of descriptors, it names the open-file limit: the connecting
-    /// peer only sees its handshake time out.
-    fn failed(&mut self, e: &std::io::Error, dev: usize, now: Instant) -> Option<String> {
-        self.failures += 1;
-        if self
-            .warned
-            .is_some_and(|t| now.saturating_duration_since(t) < ACCEPT_WARN_EVERY)
-        {
-            return None;
+impl AcceptFailing {
+    /// An `accept` failed at `now` with `exhausted` (out of descriptors) or not: `true` when
+    /// it has failed so for longer than `limit`, and the listener should give up (the
+    /// connection waits in the kernel's queue until a descriptor frees: NCCL would call in
+    /// forever).
+    fn failed(&mut self, exhausted: bool, now: Instant, limit: Duration) -> bool {
+        if !exhausted {
+            self.exhausted_since = None;
+            return false;
         }
-        let n = std::mem::take(&mut self.failures);
-        self.warned = Some(now);
-        let why = if fd_limit::is_exhausted(e) {
-            format!("{e} ({})", fd_limit::exhausted_note())
-        } else {
-            e.to_string()
-        };
-        Some(format!(
-            "accept on the OOB listener of device {dev} failed ({n} time(s) since the last \
-             warning; peers connecting meanwhile wait, then time out): {why}"
-        ))
+        let since = *self.exhausted_since.get_or_insert(now);
+        now.saturating_duration_since(since) > limit
+    }
+
+    /// Whether a non-exhaustion failure at `now` should be logged.
+    fn warn_now(&mut self, now: Instant) -> bool {
+        let due = self
+            .warned
+            .is_none_or(|t| now.saturating_duration_since(t) >= ACCEPT_WARN_EVERY);
+        if due {
+            self.warned = Some(now);
+        }
+        due
+    }
+
+    /// An `accept` succeeded.
+    fn ok(&mut self) {
+        self.exhausted_since = None;
     }
 }
 
@@ -107,7 +113,7 @@ impl ListenComm {
             cfg: cfg.clone(),
             stats_file: stats_file.to_string(),
             rejected: 0,
-            accept_warnings: AcceptWarnings::default(),
+            accept_failing: AcceptFailing::default(),
         })
     }
 
@@ -116,6 +122,7 @@ impl ListenComm {
         loop {
             match self.listener.try_accept() {
                 Ok(Some(stream)) => {
+                    self.accept_failing.ok();
                     let peer = stream
                         .peer_addr()
                         .map(|a| a.to_string())
@@ -134,8 +141,22 @@ impl ListenComm {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    if let Some(w) = self.accept_warnings.failed(&e, self.dev, Instant::now()) {
-                        tracing::warn!("NET/HA : {w}");
+                    let now = Instant::now();
+                    let exhausted = fd_limit::is_exhausted(&e);
+                    let what = format!("accepting a connection on device {}'s listener", self.dev);
+                    if self
+                        .accept_failing
+                        .failed(exhausted, now, self.cfg.handshake_timeout)
+                    {
+                        return Err(Error::io(
+                            format!("{what}: failing for longer than HA_NCCL_HANDSHAKE_TIMEOUT_MS"),
+                            e,
+                        ));
+                    }
+                    if exhausted {
+                        fd_limit::warn_exhausted(&what, &e);
+                    } else if self.accept_failing.warn_now(now) {
+                        tracing::warn!("NET/HA : {what}: {e}");
                     }
                     break;
                 }
@@ -220,44 +241,28 @@ fn random_token() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{AcceptWarnings, ACCEPT_WARN_EVERY};
-    use std::io;
+    use super::{AcceptFailing, ACCEPT_WARN_EVERY};
     use std::time::{Duration, Instant};
 
     #[test]
-    fn a_failing_accept_warns_once_per_period_with_the_count_and_the_limit() {
-        let mut w = AcceptWarnings::default();
+    fn a_listener_out_of_descriptors_gives_up_after_the_limit_and_warns_sparingly() {
+        let mut f = AcceptFailing::default();
         let t0 = Instant::now();
-        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
-        let first = w.failed(&emfile, 1, t0).expect("the first failure warns");
-        assert!(first.contains("device 1 failed (1 time(s)"), "{first}");
-        assert!(
-            first.contains("out of file descriptors: open-file limit"),
-            "{first}"
-        );
-        // NCCL calls accept in a loop: the next failures are only counted ...
-        for k in 1..=9u64 {
-            assert_eq!(
-                w.failed(&emfile, 1, t0 + Duration::from_millis(k * 100)),
-                None
-            );
-        }
-        // ... until the period is over; the warning counts them, and the one now.
-        let next = w
-            .failed(&emfile, 1, t0 + ACCEPT_WARN_EVERY)
-            .expect("a warning after the period");
-        assert!(next.contains("(10 time(s)"), "{next}");
-        // Another error kind carries no descriptor note.
-        let other = w
-            .failed(
-                &io::Error::from_raw_os_error(libc::EINVAL),
-                1,
-                t0 + ACCEPT_WARN_EVERY * 2,
-            )
-            .expect("a warning after the period");
-        assert!(
-            other.contains("(1 time(s)") && !other.contains("file descriptors"),
-            "{other}"
-        );
+        let limit = Duration::from_secs(3);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // Exhausted from t0: keeps trying up to the limit, gives up past it.
+        assert!(!f.failed(true, at(0), limit));
+        assert!(!f.failed(true, at(3000), limit));
+        assert!(f.failed(true, at(3001), limit));
+        // An accept that succeeds, or another error, starts the count again.
+        f.ok();
+        assert!(!f.failed(true, at(5000), limit));
+        assert!(!f.failed(false, at(9000), limit));
+        assert!(!f.failed(true, at(9001), limit));
+        assert!(f.failed(true, at(12002), limit));
+        // Other errors: one warning per period.
+        assert!(f.warn_now(at(0)));
+        assert!(!f.warn_now(at(100)));
+        assert!(f.warn_now(t0 + ACCEPT_WARN_EVERY));
     }
 }

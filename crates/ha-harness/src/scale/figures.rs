@@ -106,14 +106,3 @@ pub(super) fn sample_self() -> (u64, u64, u64) {
     let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
     (field("Threads:"), field("VmRSS:"), fds)
 }
-
-/// Many connections need many descriptors (every `sock` queue pair holds a few): the soft
-/// limit goes up to the hard one, as a job launcher's `ulimit -n` would.
-pub(super) fn raise_nofile() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-        }
-    }
-}

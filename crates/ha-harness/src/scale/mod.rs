@@ -20,7 +20,7 @@
 
 mod figures;
 
-use self::figures::{raise_nofile, IdleFigures, SideFigures};
+use self::figures::{IdleFigures, SideFigures};
 use super::conn::{self, Endpoint, HandleExchange};
 use super::driver::{self, Buf, Ctl};
 use super::report::median;
@@ -375,7 +375,6 @@ pub fn main_with_args(args: &[String]) -> i32 {
             return 2;
         }
     };
-    raise_nofile();
     let plugin = match load(&o.plugin, o.dev) {
         Ok(p) => p,
         Err(e) => {
@@ -441,7 +440,6 @@ pub fn peer_main(args: &[String]) -> i32 {
     let run = || -> Result<(), String> {
         let o = parse(args)?;
         let n = *o.conns.first().ok_or("scale-peer: no connection count")?;
-        raise_nofile();
         let plugin = load(&o.plugin, o.dev)?;
         let stdin = std::io::stdin();
         let mut lines = Lines {

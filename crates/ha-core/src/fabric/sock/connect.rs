@@ -6,6 +6,7 @@ use super::hello::Hello;
 use super::net;
 use super::qp_state::QpShared;
 use crate::fabric::counters::{self, Counted};
+use crate::fabric::fd_limit;
 use crate::fabric::WcStatus;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -59,6 +60,16 @@ pub(super) fn connect_stream(qp: &QpShared, lane: u8) -> Option<Counted<TcpStrea
             Ok(s) => return Some(s),
             Err(e) => {
                 if qp.dead() {
+                    return None;
+                }
+                if fd_limit::is_exhausted(&e) {
+                    // This process's trouble, not the link's: no retry, and no RetryExcErr
+                    // blaming the peer.
+                    fd_limit::warn_exhausted(
+                        &format!("sock: qp {} connecting to {dst}", qp.qpn),
+                        &e,
+                    );
+                    qp.fail(Some(WcStatus::LocQpOpErr));
                     return None;
                 }
                 if Instant::now() >= deadline {

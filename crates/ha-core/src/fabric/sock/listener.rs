@@ -13,6 +13,7 @@ use super::hello::{Hello, HELLO_LEN};
 use super::net;
 use super::{spawn, Tunables};
 use crate::fabric::counters::{self, Counted, Held, Resource};
+use crate::fabric::fd_limit;
 use crate::fabric::{FabricError, Result};
 use std::io::{self, Read};
 use std::net::{IpAddr, TcpListener, TcpStream};
@@ -272,7 +273,11 @@ fn accept_all(l: &TcpListener, pending: &mut PendingSet) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
-                tracing::debug!("sock: accept: {e}");
+                if fd_limit::is_exhausted(&e) {
+                    fd_limit::warn_exhausted("sock: accepting a stream", &e);
+                } else {
+                    tracing::debug!("sock: accept: {e}");
+                }
                 // EMFILE and friends: do not spin.
                 std::thread::sleep(Duration::from_millis(10));
                 return;

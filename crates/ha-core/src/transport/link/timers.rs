@@ -318,8 +318,10 @@ mod tests {
         assert_eq!(c.elapsed(t0, t0 + ms(1105)), ms(5));
         // Work posted after the restart counts from its own post.
         assert_eq!(c.elapsed(t0 + ms(1102), t0 + ms(1105)), ms(3));
-        // Exactly the late threshold is not late.
+        // Exactly the late threshold is not late; a millisecond more is.
         assert!(!c.tick(t0 + ms(1250)));
         assert_eq!(c.elapsed(t0, t0 + ms(1250)), ms(150));
+        assert!(c.tick(t0 + ms(1401)));
+        assert_eq!(c.elapsed(t0, t0 + ms(1401)), Duration::ZERO);
     }
 }
