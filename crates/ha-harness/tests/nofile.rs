@@ -57,9 +57,7 @@ fn the_plugin_raises_a_low_soft_limit_and_24_connections_run() {
     let (out, _, t) = scale_under("-Sn 128");
     assert_eq!(out.status.code(), Some(0), "{t}");
     assert!(
-        t.contains(
-            "raised this process's open-file limit (RLIMIT_NOFILE) from 128 to its hard limit"
-        ),
+        t.contains("raised this process's open-file limit (RLIMIT_NOFILE) from 128 to "),
         "no INFO line about the raise: {t}"
     );
     let row = t

@@ -1,8 +1,9 @@
-//! The open-file limit at init: the soft limit raised to the hard one (NCCL does so only in
-//! the process hosting its bootstrap root), and a warning when even that is low for `sock`.
+//! The open-file limit at init, on `sock` (whose connections hold sockets): the soft limit
+//! raised towards the hard one (NCCL does so only in the process hosting its bootstrap root),
+//! and a warning when even that is low.
 
 use crate::config::{Config, FabricKind};
-use crate::fabric::fd_limit::{self, NofileLimit};
+use crate::fabric::fd_limit::{self, NofileLimit, RAISE_CAP};
 
 /// A limit below this is worth a warning for `sock`.
 const SOCK_LOW: u64 = 4096;
@@ -12,17 +13,21 @@ const SOCK_LOW: u64 = 4096;
 const PER_CONN: u64 = 12;
 const BASE: u64 = 16;
 
-/// Raise the soft limit (one INFO line when it moves); warn when `sock` is left with a low
-/// one. Never fails init: an error from running out names the limit itself.
+/// On `sock`: raise the soft limit (one INFO line when it moves), and warn when it stays low.
+/// Never fails init: an error from running out names the limit itself.
 pub fn at_init(cfg: &Config) {
-    let now = match fd_limit::raise_nofile() {
+    if cfg.fabric != FabricKind::Sock {
+        return;
+    }
+    let now = match fd_limit::raise_nofile(RAISE_CAP) {
         Ok((before, after)) => {
             if after.soft != before.soft {
                 tracing::info!(
                     "NET/HA : raised this process's open-file limit (RLIMIT_NOFILE) from {} to \
-                     its hard limit {}: a `sock` connection holds 8–12 descriptors",
+                     {} (hard {}): a `sock` connection holds 8–12 descriptors",
                     before.soft,
-                    after.soft
+                    after.soft,
+                    after.hard
                 );
             }
             Some(after)

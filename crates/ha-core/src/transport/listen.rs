@@ -1,7 +1,8 @@
 //! Listener and acceptor driver: accepts OOB connections, runs each handshake (several may
 //! be in progress), and creates queue pairs only for peers that presented our token. A peer
 //! that sends garbage, a wrong token, or stalls past the timeout is dropped; the listener
-//! stays usable.
+//! stays usable. Only when every `accept` has run out of descriptors for longer than the
+//! handshake timeout does it return an error (NCCL would otherwise call in forever).
 
 use super::error::{Error, Result};
 use super::ha::HaCfg;
@@ -139,7 +140,12 @@ impl ListenComm {
                         half: None,
                     });
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    // accept allocates a descriptor before it looks at the queue: nothing to
+                    // accept means descriptors were there.
+                    self.accept_failing.ok();
+                    break;
+                }
                 Err(e) => {
                     let now = Instant::now();
                     let exhausted = fd_limit::is_exhausted(&e);

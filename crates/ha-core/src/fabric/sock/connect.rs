@@ -63,13 +63,16 @@ pub(super) fn connect_stream(qp: &QpShared, lane: u8) -> Option<Counted<TcpStrea
                     return None;
                 }
                 if fd_limit::is_exhausted(&e) {
-                    // This process's trouble, not the link's: no retry, and no RetryExcErr
-                    // blaming the peer.
+                    // This process's trouble, not the link's: no retry. The main stream fails
+                    // the queue pair as local (no RetryExcErr blaming the peer); a lane is
+                    // optional, its WRITEs stay on the main stream.
                     fd_limit::warn_exhausted(
-                        &format!("sock: qp {} connecting to {dst}", qp.qpn),
+                        &format!("sock: qp {} connecting stream {lane} to {dst}", qp.qpn),
                         &e,
                     );
-                    qp.fail(Some(WcStatus::LocQpOpErr));
+                    if lane == 0 {
+                        qp.fail(Some(WcStatus::LocQpOpErr));
+                    }
                     return None;
                 }
                 if Instant::now() >= deadline {
