@@ -117,6 +117,7 @@ mod tests {
             rtt: Duration::from_micros(50),
             rttvar: Duration::from_micros(10),
             rto: Duration::from_millis(200),
+            backoff: 0,
         }
     }
 
@@ -272,6 +273,27 @@ mod tests {
         // timeout (200 ms here): until then a lossy link is silent, not dead.
         assert_eq!(open(1, 0, 150).silence(), Duration::ZERO);
         assert_eq!(open(1, 0, 240).silence(), ms(40));
+        // TCP resent it unanswered (its timeout doubled to 400 ms): the allowance ends when the
+        // resend's answer is due (the first 200 ms + 40 ms), not after the doubled timeout.
+        let resent = |backoff: u8, since| TcpSample {
+            rto: ms(200) * (1 << backoff),
+            backoff,
+            ..open(1, 0, since)
+        };
+        assert_eq!(resent(1, 230).silence(), Duration::ZERO);
+        assert_eq!(resent(1, 240).silence(), Duration::ZERO);
+        assert_eq!(resent(1, 300).silence(), ms(60));
+        assert_eq!(resent(2, 300).silence(), ms(60));
+        // More than one segment in flight: the round trip alone, as before.
+        assert_eq!(
+            TcpSample {
+                backoff: 1,
+                rto: ms(400),
+                ..open(3, 0, 40)
+            }
+            .silence(),
+            ms(40) - us(90)
+        );
         // A long, jittery link (40 ms +- 10 ms): an acknowledgement 60 ms late is no silence
         // yet; 200 ms is 80 ms of it.
         let far = |since| TcpSample {

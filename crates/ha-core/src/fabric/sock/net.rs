@@ -130,9 +130,17 @@ pub struct TcpSample {
     /// The kernel's smoothed round-trip time and its variation.
     pub rtt: Duration,
     pub rttvar: Duration,
-    /// The kernel's retransmission timeout (at least 200 ms on Linux).
+    /// The kernel's retransmission timeout (at least 200 ms on Linux), doubled by each
+    /// retransmission timeout that fired without an answer since the last acknowledgement.
     pub rto: Duration,
+    /// How many times it was doubled: retransmission timeouts that fired unanswered.
+    pub backoff: u8,
 }
+
+/// How long after resending a lone segment a live peer's kernel may take to acknowledge it:
+/// the resend arrives in order, and Linux may hold an in-order ACK back for its delayed-ACK
+/// timer (40 ms at first, `TCP_DELACK_MIN`).
+pub const RESEND_ACK_WAIT: Duration = Duration::from_millis(40);
 
 /// How long a live peer's kernel may leave this stream's data unacknowledged: Linux holds an
 /// ACK back (up to 40 ms, `TCP_DELACK_MIN`) while the receiving thread has not read what
@@ -155,14 +163,23 @@ impl TcpSample {
     /// link an acknowledgement is simply later. With a single segment in flight, less TCP's
     /// retransmission timeout instead: if that one segment is lost, nothing after it can be
     /// acknowledged before TCP resends it (no duplicate ACKs; the tail-loss probe waits about
-    /// as long), so a live but lossy link is silent that long. Zero when nothing waits (a closed
-    /// window is the peer's choice, not silence).
+    /// as long), so a live but lossy link is silent that long. Once TCP has resent it
+    /// (`backoff` > 0), only until the resend's answer is due: the first timeout plus
+    /// [`RESEND_ACK_WAIT`], not the doubled timeout (which only waits longer on a link that
+    /// already left the segment and its resend unanswered: cuts found after 431–470 ms
+    /// instead of about 270, bench/results/2026-11-27-sock-lone-segment.md). Zero when nothing
+    /// waits (a closed window is the peer's choice, not silence).
     pub fn silence(&self) -> Duration {
         let waiting =
             self.unacked > 0 || (!self.zero_window && (self.probes > 0 || self.unsent > 0));
         let round_trip = self.rtt + self.rttvar * 4;
         let allowed = if self.unacked == 1 {
-            round_trip.max(self.rto)
+            let first_rto = self.rto / (1u32 << self.backoff.min(16));
+            if self.backoff == 0 {
+                round_trip.max(self.rto)
+            } else {
+                round_trip.max(first_rto + RESEND_ACK_WAIT)
+            }
         } else {
             round_trip
         };
@@ -206,6 +223,7 @@ pub fn tcp_sample(fd: RawFd) -> io::Result<TcpSample> {
         rtt: Duration::from_micros(u64::from(info.tcpi_rtt)),
         rttvar: Duration::from_micros(u64::from(info.tcpi_rttvar)),
         rto: Duration::from_micros(u64::from(info.tcpi_rto)),
+        backoff: info.tcpi_backoff,
     })
 }
 
