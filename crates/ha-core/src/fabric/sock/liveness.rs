@@ -118,6 +118,7 @@ mod tests {
             rttvar: Duration::from_micros(10),
             rto: Duration::from_millis(200),
             backoff: 0,
+            retransmits: 0,
         }
     }
 
@@ -278,16 +279,49 @@ mod tests {
         let resent = |backoff: u8, since| TcpSample {
             rto: ms(200) * (1 << backoff),
             backoff,
+            retransmits: backoff,
             ..open(1, 0, since)
         };
         assert_eq!(resent(1, 230).silence(), Duration::ZERO);
         assert_eq!(resent(1, 240).silence(), Duration::ZERO);
         assert_eq!(resent(1, 300).silence(), ms(60));
         assert_eq!(resent(2, 300).silence(), ms(60));
+        // Zero-window probes raise the back-off count without doubling the timeout and
+        // without a retransmission: the full timeout still applies.
+        let probed = TcpSample {
+            backoff: 4,
+            ..open(1, 0, 150)
+        };
+        assert_eq!(probed.silence(), Duration::ZERO);
+        assert_eq!(
+            TcpSample {
+                since_ack: ms(240),
+                ..probed
+            }
+            .silence(),
+            ms(40)
+        );
+        // A retransmission after such probes: the first timeout is never taken below 200 ms.
+        let mixed = TcpSample {
+            rto: ms(400),
+            backoff: 5,
+            retransmits: 1,
+            ..open(1, 0, 240)
+        };
+        assert_eq!(mixed.silence(), Duration::ZERO);
+        assert_eq!(
+            TcpSample {
+                since_ack: ms(300),
+                ..mixed
+            }
+            .silence(),
+            ms(60)
+        );
         // More than one segment in flight: the round trip alone, as before.
         assert_eq!(
             TcpSample {
                 backoff: 1,
+                retransmits: 1,
                 rto: ms(400),
                 ..open(3, 0, 40)
             }

@@ -131,16 +131,25 @@ pub struct TcpSample {
     pub rtt: Duration,
     pub rttvar: Duration,
     /// The kernel's retransmission timeout (at least 200 ms on Linux), doubled by each
-    /// retransmission timeout that fired without an answer since the last acknowledgement.
+    /// retransmission timeout that fired without an answer.
     pub rto: Duration,
-    /// How many times it was doubled: retransmission timeouts that fired unanswered.
+    /// The kernel's back-off count: raised by each retransmission timeout (which doubles
+    /// `rto`), and also by zero-window probes (which do not).
     pub backoff: u8,
+    /// Retransmission timeouts that fired since the last acknowledgement of new data (only
+    /// the retransmission timer raises it).
+    pub retransmits: u8,
 }
 
 /// How long after resending a lone segment a live peer's kernel may take to acknowledge it:
 /// the resend arrives in order, and Linux may hold an in-order ACK back for its delayed-ACK
 /// timer (40 ms at first, `TCP_DELACK_MIN`).
 pub const RESEND_ACK_WAIT: Duration = Duration::from_millis(40);
+
+/// Linux's least retransmission timeout (`TCP_RTO_MIN`): the floor of the first timeout
+/// [`TcpSample::silence`] derives, so a back-off count raised by zero-window probes (which do
+/// not double `rto`) cannot shrink it.
+const RTO_MIN: Duration = Duration::from_millis(200);
 
 /// How long a live peer's kernel may leave this stream's data unacknowledged: Linux holds an
 /// ACK back (up to 40 ms, `TCP_DELACK_MIN`) while the receiving thread has not read what
@@ -163,21 +172,24 @@ impl TcpSample {
     /// link an acknowledgement is simply later. With a single segment in flight, less TCP's
     /// retransmission timeout instead: if that one segment is lost, nothing after it can be
     /// acknowledged before TCP resends it (no duplicate ACKs; the tail-loss probe waits about
-    /// as long), so a live but lossy link is silent that long. Once TCP has resent it
-    /// (`backoff` > 0), only until the resend's answer is due: the first timeout plus
-    /// [`RESEND_ACK_WAIT`], not the doubled timeout (which only waits longer on a link that
-    /// already left the segment and its resend unanswered: cuts found after 431–470 ms
-    /// instead of about 270, bench/results/2026-11-27-sock-lone-segment.md). Zero when nothing
-    /// waits (a closed window is the peer's choice, not silence).
+    /// as long), so a live but lossy link is silent that long. Once a retransmission timeout
+    /// has fired (`retransmits` > 0: TCP resent the segment and doubled its timeout), the
+    /// allowance is the first timeout (`rto` halved `backoff` times, at least the smaller of
+    /// `rto` and [`RTO_MIN`]) plus [`RESEND_ACK_WAIT`], counted from the last acknowledgement
+    /// like the rest, instead of the doubled timeout, which only waits longer on a link that
+    /// left the segment and its resend unanswered (cuts found after 431–470 ms; with this rule
+    /// 215–280 ms, bench/results/2026-11-27-sock-lone-segment.md). Zero when nothing waits (a
+    /// closed window is the peer's choice, not silence).
     pub fn silence(&self) -> Duration {
         let waiting =
             self.unacked > 0 || (!self.zero_window && (self.probes > 0 || self.unsent > 0));
         let round_trip = self.rtt + self.rttvar * 4;
         let allowed = if self.unacked == 1 {
-            let first_rto = self.rto / (1u32 << self.backoff.min(16));
-            if self.backoff == 0 {
+            if self.retransmits == 0 {
                 round_trip.max(self.rto)
             } else {
+                let first_rto =
+                    (self.rto / (1u32 << self.backoff.min(16))).max(self.rto.min(RTO_MIN));
                 round_trip.max(first_rto + RESEND_ACK_WAIT)
             }
         } else {
@@ -224,6 +236,7 @@ pub fn tcp_sample(fd: RawFd) -> io::Result<TcpSample> {
         rttvar: Duration::from_micros(u64::from(info.tcpi_rttvar)),
         rto: Duration::from_micros(u64::from(info.tcpi_rto)),
         backoff: info.tcpi_backoff,
+        retransmits: info.tcpi_retransmits,
     })
 }
 
