@@ -5,8 +5,8 @@
 
 use super::input::Input;
 use ha_proto::data::layout::{
-    cts_word, cts_written, data_imm, encode_cts, encode_record, fast_imm, read_cts, CtsEntry,
-    Record, SharedWords, CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, RECORD_WORDS,
+    cts_word, data_imm, encode_cts, encode_record, fast_imm, read_cts, CtsEntry, Record,
+    SharedWords, CTS_FIFO_WORDS, CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS, RECORD_WORDS,
     SEND_REGION_WORDS, SIZE_TRUNCATED,
 };
 use ha_proto::data::recv::RecvSide;
@@ -89,9 +89,7 @@ pub fn recv_side(data: &[u8]) {
                     Ok(Some((id, post))) => {
                         assert_eq!(post.slot, (post.seq % FIFO_DEPTH as u64) as usize);
                         assert_eq!(post.fifo_word, cts_word(m.epoch(), post.slot));
-                        for k in cts_written(&post.cts) {
-                            fifo.store(post.fifo_word + k, post.cts[k]);
-                        }
+                        fifo.land_cts(post.fifo_word, &post.cts);
                         assert_eq!(
                             read_cts(&fifo, m.epoch(), post.slot, post.seq),
                             Ok(Some(bufs.clone()))
@@ -213,9 +211,7 @@ pub fn send_side(data: &[u8]) {
                 let slot = (seq % FIFO_DEPTH as u64) as usize;
                 let at = cts_word(m.epoch(), slot);
                 let words = encode_cts(&entries, seq, m.epoch());
-                for k in cts_written(&words) {
-                    fifo.store(at + k, words[k]);
-                }
+                fifo.land_cts(at, &words);
             }
             1 => {
                 // The peer writes arbitrary words anywhere in the FIFO.

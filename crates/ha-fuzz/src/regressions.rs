@@ -26,9 +26,7 @@ fn switch_with_unregistrable_send_fails_the_connection() {
         1,
         0,
     );
-    for k in ha_proto::data::layout::cts_written(&cts) {
-        fifo.store(ha_proto::data::layout::cts_word(0, 1) + k, cts[k]);
-    }
+    fifo.land_cts(ha_proto::data::layout::cts_word(0, 1), &cts);
     // The receiver's re-post of the open receive for the switch (epoch 1).
     let reposted = encode_cts(
         &[CtsEntry {
@@ -40,9 +38,7 @@ fn switch_with_unregistrable_send_fails_the_connection() {
         1,
         1,
     );
-    for k in ha_proto::data::layout::cts_written(&reposted) {
-        fifo.store(ha_proto::data::layout::cts_word(1, 1) + k, reposted[k]);
-    }
+    fifo.land_cts(ha_proto::data::layout::cts_word(1, 1), &reposted);
     let mut m = SendSide::new();
     let a = SendArgs {
         addr: 0x7000,

@@ -3,7 +3,7 @@
 //! and a warning when even that is low.
 
 use crate::config::{Config, FabricKind};
-use crate::fabric::fd_limit::{self, NofileLimit, RAISE_CAP};
+use crate::fabric::fd_limit::{self, NofileLimit};
 
 /// A limit below this is worth a warning for `sock`.
 const SOCK_LOW: u64 = 4096;
@@ -19,7 +19,7 @@ pub fn at_init(cfg: &Config) {
     if cfg.fabric != FabricKind::Sock {
         return;
     }
-    let now = match fd_limit::raise_nofile(RAISE_CAP) {
+    let now = match fd_limit::raise_nofile() {
         Ok((before, after)) => {
             if after.soft != before.soft {
                 tracing::info!(

@@ -37,13 +37,13 @@ pub fn nofile() -> io::Result<NofileLimit> {
 /// handed a limit of a million or more.
 pub const RAISE_CAP: u64 = 1 << 16;
 
-/// Raise the soft limit towards the hard one (at most `cap`; never lower), as NCCL's
+/// Raise the soft limit towards the hard one (at most [`RAISE_CAP`]; never lower), as NCCL's
 /// bootstrap root does for its own process. Returns the limit before and after (equal when
 /// there was nothing to raise). Tested in a child process (`ha-harness` `tests/nofile.rs`):
 /// the limit is the whole process's.
-pub fn raise_nofile(cap: u64) -> io::Result<(NofileLimit, NofileLimit)> {
+pub fn raise_nofile() -> io::Result<(NofileLimit, NofileLimit)> {
     let before = nofile()?;
-    let target = before.hard.min(cap);
+    let target = before.hard.min(RAISE_CAP);
     if before.soft >= target {
         return Ok((before, before));
     }
@@ -64,6 +64,16 @@ pub fn is_exhausted(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
+/// What ends an error message about `e`: `"; "` and [`exhausted_note`] when `e` is running out
+/// of descriptors, else nothing.
+pub fn note(e: &io::Error) -> String {
+    if is_exhausted(e) {
+        format!("; {}", exhausted_note(e))
+    } else {
+        String::new()
+    }
+}
+
 /// What to tell the user about exhaustion error `e`: which limit, and how to raise it.
 pub fn exhausted_note(e: &io::Error) -> String {
     if e.raw_os_error() == Some(libc::ENFILE) {
@@ -79,21 +89,21 @@ pub fn exhausted_note(e: &io::Error) -> String {
     }
 }
 
-/// At most one exhaustion warning per this period, process-wide: once descriptors run out,
-/// every connection's threads and NCCL's calls fail the same way, many times a second.
-pub const WARN_EVERY: Duration = Duration::from_secs(5);
+/// At most one warning of a kind per this period: once descriptors run out, every
+/// connection's threads and NCCL's calls fail the same way, many times a second.
+pub(crate) const WARN_EVERY: Duration = Duration::from_secs(5);
 
-/// Exhaustion warnings held back since the last one, and when that went out.
+/// Warnings held back since the last one, and when that went out.
 #[derive(Debug, Default)]
-pub struct WarnLimiter {
+pub(crate) struct WarnLimiter {
     held: u64,
     last: Option<Instant>,
 }
 
 impl WarnLimiter {
-    /// Count one failure `what` with error `e` at `now`; the warning to log, at most one per
-    /// [`WARN_EVERY`], with the failures held back since the last.
-    pub fn note(&mut self, what: &str, e: &io::Error, now: Instant) -> Option<String> {
+    /// A failure at `now`: `Some(held back since the last warning)` when a warning is due (at
+    /// most one per [`WARN_EVERY`]), else `None` (counted).
+    pub(crate) fn due(&mut self, now: Instant) -> Option<u64> {
         if self
             .last
             .is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY)
@@ -101,13 +111,24 @@ impl WarnLimiter {
             self.held += 1;
             return None;
         }
-        let more = match std::mem::take(&mut self.held) {
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.held))
+    }
+
+    /// Count one exhaustion failure with error `e` at `now`; the warning to log, if due (only
+    /// then is `what` said), with the failures held back since the last.
+    fn note(
+        &mut self,
+        what: impl FnOnce() -> String,
+        e: &io::Error,
+        now: Instant,
+    ) -> Option<String> {
+        let more = match self.due(now)? {
             0 => String::new(),
             1 => " (1 more such failure since the last warning)".to_string(),
             n => format!(" ({n} more such failures since the last warning)"),
         };
-        self.last = Some(now);
-        Some(format!("{what}: {e}{more}; {}", exhausted_note(e)))
+        Some(format!("{}: {e}{more}; {}", what(), exhausted_note(e)))
     }
 }
 
@@ -116,8 +137,9 @@ static LIMITER: Mutex<WarnLimiter> = Mutex::new(WarnLimiter {
     last: None,
 });
 
-/// Log exhaustion failure `what` through the process-wide [`WarnLimiter`].
-pub fn warn_exhausted(what: &str, e: &io::Error) {
+/// Log exhaustion failure `what` (formatted only when logged) through the process-wide
+/// [`WarnLimiter`].
+pub fn warn_exhausted(what: impl FnOnce() -> String, e: &io::Error) {
     // The lock is not held while logging: other threads running out only count.
     let w = LIMITER.lock().note(what, e, Instant::now());
     if let Some(w) = w {
@@ -158,19 +180,23 @@ mod tests {
         let t0 = Instant::now();
         let e = io::Error::from_raw_os_error(libc::EMFILE);
         let first = w
-            .note("accepting", &e, t0)
+            .note(|| "accepting".into(), &e, t0)
             .expect("the first failure warns");
         assert!(first.starts_with("accepting: "), "{first}");
         assert!(!first.contains("more such"), "{first}");
         assert!(first.contains("open-file limit is"), "{first}");
         for k in 1..=9u64 {
             assert_eq!(
-                w.note("accepting", &e, t0 + Duration::from_millis(k * 100)),
+                w.note(
+                    || "accepting".into(),
+                    &e,
+                    t0 + Duration::from_millis(k * 100)
+                ),
                 None
             );
         }
         let next = w
-            .note("connecting", &e, t0 + WARN_EVERY)
+            .note(|| "connecting".into(), &e, t0 + WARN_EVERY)
             .expect("a warning after the period");
         assert!(
             next.contains("(9 more such failures since the last warning)"),
@@ -178,13 +204,15 @@ mod tests {
         );
         assert_eq!(
             w.note(
-                "accepting",
+                || "accepting".into(),
                 &e,
                 t0 + WARN_EVERY * 2 - Duration::from_millis(1)
             ),
             None
         );
-        let last = w.note("accepting", &e, t0 + WARN_EVERY * 2).unwrap();
+        let last = w
+            .note(|| "accepting".into(), &e, t0 + WARN_EVERY * 2)
+            .unwrap();
         assert!(last.contains("(1 more such failure since"), "{last}");
     }
 

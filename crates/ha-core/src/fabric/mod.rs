@@ -45,13 +45,12 @@ pub enum FabricError {
     QueueFull(&'static str),
     #[error("malformed peer address: {0}")]
     BadPeerAddress(String),
-    #[error("{context}: {source}{note}")]
+    /// Out of descriptors, the message ends with which limit to raise ([`fd_limit::note`]).
+    #[error("{context}: {source}{}", fd_limit::note(.source))]
     Io {
         context: String,
         #[source]
         source: std::io::Error,
-        /// Out of descriptors: "; " and which limit to raise ([`fd_limit::exhausted_note`]).
-        note: String,
     },
     #[error("{0}")]
     System(String),
@@ -61,15 +60,9 @@ impl FabricError {
     /// An I/O error in `context`; one of running out of descriptors also names the open-file
     /// limit and how to raise it ([`fd_limit::exhausted_note`]).
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        let note = if fd_limit::is_exhausted(&source) {
-            format!("; {}", fd_limit::exhausted_note(&source))
-        } else {
-            String::new()
-        };
         FabricError::Io {
             context: context.into(),
             source,
-            note,
         }
     }
 }

@@ -19,13 +19,12 @@ pub enum Error {
     },
     #[error("bad connect handle: {0}")]
     Handle(#[source] WireError),
-    #[error("{context}: {source}{note}")]
+    /// Out of descriptors, the message ends with which limit to raise ([`fd_limit::note`]).
+    #[error("{context}: {source}{}", fd_limit::note(.source))]
     Io {
         context: String,
         #[source]
         source: std::io::Error,
-        /// Out of descriptors: "; " and which limit to raise.
-        note: String,
     },
     #[error(
         "handshake with {0} did not finish within HA_NCCL_HANDSHAKE_TIMEOUT_MS: the peer is \
@@ -41,15 +40,9 @@ impl Error {
     /// An I/O error in `context`; one of running out of descriptors also names the open-file
     /// limit and how to raise it.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        let note = if fd_limit::is_exhausted(&source) {
-            format!("; {}", fd_limit::exhausted_note(&source))
-        } else {
-            String::new()
-        };
         Error::Io {
             context: context.into(),
             source,
-            note,
         }
     }
 

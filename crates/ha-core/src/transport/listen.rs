@@ -11,7 +11,7 @@ use super::oob_io::{read_some, write_some};
 use super::recv::RecvComm;
 use super::setup::Half;
 use crate::engine::Engine;
-use crate::fabric::fd_limit;
+use crate::fabric::fd_limit::{self, WarnLimiter};
 use crate::fabric::oob::{OobListener, OobStream};
 use ha_proto::handle::{ConnectHandle, HANDLE_SIZE};
 use ha_proto::handshake::{Acceptor, Params};
@@ -21,10 +21,6 @@ use std::time::{Duration, Instant};
 
 /// Handshakes in progress beyond this are refused (oldest dropped first).
 const MAX_PENDING: usize = 64;
-
-/// A listener whose `accept` keeps failing for another reason than exhaustion warns at most
-/// this often (NCCL calls in a loop).
-const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
 
 pub struct ListenComm {
     engine: Arc<Engine>,
@@ -39,11 +35,12 @@ pub struct ListenComm {
     accept_failing: AcceptFailing,
 }
 
-/// A listener's failing `accept`s: when the last warning of an error other than exhaustion
-/// went out, and since when every `accept` has run out of descriptors.
+/// A listener's failing `accept`s: warnings of errors other than exhaustion (NCCL calls in a
+/// loop: at most one per [`fd_limit::WARN_EVERY`]), and since when every `accept` has run out
+/// of descriptors.
 #[derive(Default)]
 struct AcceptFailing {
-    warned: Option<Instant>,
+    others: WarnLimiter,
     exhausted_since: Option<Instant>,
 }
 
@@ -59,17 +56,6 @@ impl AcceptFailing {
         }
         let since = *self.exhausted_since.get_or_insert(now);
         now.saturating_duration_since(since) > limit
-    }
-
-    /// Whether a non-exhaustion failure at `now` should be logged.
-    fn warn_now(&mut self, now: Instant) -> bool {
-        let due = self
-            .warned
-            .is_none_or(|t| now.saturating_duration_since(t) >= ACCEPT_WARN_EVERY);
-        if due {
-            self.warned = Some(now);
-        }
-        due
     }
 
     /// An `accept` succeeded.
@@ -149,20 +135,24 @@ impl ListenComm {
                 Err(e) => {
                     let now = Instant::now();
                     let exhausted = fd_limit::is_exhausted(&e);
-                    let what = format!("accepting a connection on device {}'s listener", self.dev);
+                    let dev = self.dev;
+                    let what = move || format!("accepting a connection on device {dev}'s listener");
                     if self
                         .accept_failing
                         .failed(exhausted, now, self.cfg.handshake_timeout)
                     {
                         return Err(Error::io(
-                            format!("{what}: failing for longer than HA_NCCL_HANDSHAKE_TIMEOUT_MS"),
+                            format!(
+                                "{}: failing for longer than HA_NCCL_HANDSHAKE_TIMEOUT_MS",
+                                what()
+                            ),
                             e,
                         ));
                     }
                     if exhausted {
-                        fd_limit::warn_exhausted(&what, &e);
-                    } else if self.accept_failing.warn_now(now) {
-                        tracing::warn!("NET/HA : {what}: {e}");
+                        fd_limit::warn_exhausted(what, &e);
+                    } else if self.accept_failing.others.due(now).is_some() {
+                        tracing::warn!("NET/HA : {}: {e}", what());
                     }
                     break;
                 }
@@ -247,7 +237,8 @@ fn random_token() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{AcceptFailing, ACCEPT_WARN_EVERY};
+    use super::AcceptFailing;
+    use crate::fabric::fd_limit::WARN_EVERY;
     use std::time::{Duration, Instant};
 
     #[test]
@@ -267,8 +258,8 @@ mod tests {
         assert!(!f.failed(true, at(9001), limit));
         assert!(f.failed(true, at(12002), limit));
         // Other errors: one warning per period.
-        assert!(f.warn_now(at(0)));
-        assert!(!f.warn_now(at(100)));
-        assert!(f.warn_now(t0 + ACCEPT_WARN_EVERY));
+        assert!(f.others.due(at(0)).is_some());
+        assert!(f.others.due(at(100)).is_none());
+        assert!(f.others.due(t0 + WARN_EVERY).is_some());
     }
 }

@@ -60,9 +60,7 @@ fn dmabuf_registration_is_refused_cleanly() {
     let fd = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(name.as_ptr(), 0)) };
     let buf = vec![0u8; 8192];
     match pd.reg_dmabuf_mr(buf.as_ptr() as usize, 4096, 0, fd.as_raw_fd(), Access::ALL) {
-        Err(FabricError::Io {
-            context, source, ..
-        }) => {
+        Err(FabricError::Io { context, source }) => {
             assert!(
                 context.contains("ibv_reg_dmabuf_mr(offset 0, 4096 bytes"),
                 "{context}"

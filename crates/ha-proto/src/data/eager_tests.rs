@@ -162,9 +162,7 @@ impl Ends {
 
     /// The clear-to-send of `p` lands in the sender's FIFO.
     fn land_cts(&mut self, p: &RecvPost) {
-        for i in cts_written(&p.cts) {
-            self.fifo.store(p.fifo_word + i, p.cts[i]);
-        }
+        self.fifo.land_cts(p.fifo_word, &p.cts);
     }
 
     /// [`Ends::post`] with the clear-to-send landed; the receive's outcome.

@@ -219,9 +219,7 @@ impl Sim {
 
     /// The clear-to-send's WRITE lands: only the words it carries (`cts_written`).
     pub(super) fn land_cts(&mut self, word: usize, words: &[u64; CTS_SLOT_WORDS]) {
-        for i in cts_written(words) {
-            self.fifo.store(word + i, words[i]);
-        }
+        self.fifo.land_cts(word, words);
     }
 
     fn isend(&mut self) {

@@ -267,6 +267,13 @@ impl SharedWords {
     pub fn store_release(&self, i: usize, v: u64) {
         self.words[i].store(v, Ordering::Release)
     }
+    /// Land clear-to-send `cts` (from [`encode_cts`]) at word `at` as its WRITE does: only the
+    /// words it carries ([`cts_written`]). For simulators of the wire (tests, fuzz targets).
+    pub fn land_cts(&self, at: usize, cts: &[u64; CTS_SLOT_WORDS]) {
+        for k in cts_written(cts) {
+            self.store(at + k, cts[k]);
+        }
+    }
 }
 
 /// One receive buffer as advertised in a CTS entry.

@@ -12,23 +12,40 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-/// Connect the main stream; a failure fails the queue pair.
+/// Why [`connect_stream`] has no stream.
+pub(super) enum NoStream {
+    /// The retry window passed, or the queue pair died.
+    Failed,
+    /// This process ran out of descriptors (warned): its trouble, not the link's.
+    OutOfDescriptors,
+}
+
+/// Connect the main stream; a failure fails the queue pair: as local when this process ran
+/// out of descriptors (no RetryExcErr blaming the peer), else as the link's.
 pub(super) fn connect(qp: &QpShared) -> Option<Counted<TcpStream>> {
     if qp.ctl.lock().remote.is_none() {
         qp.fail(Some(WcStatus::LocQpOpErr));
         return None;
     }
-    let s = connect_stream(qp, 0);
-    if s.is_none() && !qp.dead() {
-        qp.link_failed();
+    match connect_stream(qp, 0) {
+        Ok(s) => Some(s),
+        Err(NoStream::OutOfDescriptors) => {
+            qp.fail(Some(WcStatus::LocQpOpErr));
+            None
+        }
+        Err(NoStream::Failed) => {
+            if !qp.dead() {
+                qp.link_failed();
+            }
+            None
+        }
     }
-    s
 }
 
 /// Connect stream `lane` (0: the main one) to the peer's listener and send its hello,
-/// retrying until `retry_timeout`; `None` when that fails or the queue pair dies.
-pub(super) fn connect_stream(qp: &QpShared, lane: u8) -> Option<Counted<TcpStream>> {
-    let remote = qp.ctl.lock().remote?;
+/// retrying until `retry_timeout` (not when out of descriptors).
+pub(super) fn connect_stream(qp: &QpShared, lane: u8) -> Result<Counted<TcpStream>, NoStream> {
+    let remote = qp.ctl.lock().remote.ok_or(NoStream::Failed)?;
     let tun = qp.pd.tun;
     let deadline = Instant::now() + tun.retry_timeout;
     let dst = SocketAddr::new(remote.ip, remote.port);
@@ -42,7 +59,7 @@ pub(super) fn connect_stream(qp: &QpShared, lane: u8) -> Option<Counted<TcpStrea
     let mut backoff = Duration::from_millis(2);
     loop {
         if qp.dead() {
-            return None;
+            return Err(NoStream::Failed);
         }
         // Each attempt gets a third of the window (at least 100 ms): a SYN lost while the rail
         // was still coming back is retransmitted by the kernel only after a second, so a
@@ -57,27 +74,21 @@ pub(super) fn connect_stream(qp: &QpShared, lane: u8) -> Option<Counted<TcpStrea
                 Ok(s)
             });
         match attempt {
-            Ok(s) => return Some(s),
+            Ok(s) => return Ok(s),
             Err(e) => {
                 if qp.dead() {
-                    return None;
+                    return Err(NoStream::Failed);
                 }
                 if fd_limit::is_exhausted(&e) {
-                    // This process's trouble, not the link's: no retry. The main stream fails
-                    // the queue pair as local (no RetryExcErr blaming the peer); a lane is
-                    // optional, its WRITEs stay on the main stream.
                     fd_limit::warn_exhausted(
-                        &format!("sock: qp {} connecting stream {lane} to {dst}", qp.qpn),
+                        || format!("sock: qp {} connecting stream {lane} to {dst}", qp.qpn),
                         &e,
                     );
-                    if lane == 0 {
-                        qp.fail(Some(WcStatus::LocQpOpErr));
-                    }
-                    return None;
+                    return Err(NoStream::OutOfDescriptors);
                 }
                 if Instant::now() >= deadline {
                     tracing::info!("sock: qp {} cannot connect to {dst}: {e}", qp.qpn);
-                    return None;
+                    return Err(NoStream::Failed);
                 }
                 let mut sq = qp.sq.lock();
                 if !qp.dead() {

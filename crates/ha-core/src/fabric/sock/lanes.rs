@@ -53,8 +53,8 @@ pub fn open(qp: &Arc<QpShared>) -> u16 {
     let mut streams = Vec::new();
     for lane in 1..want {
         match super::connect::connect_stream(qp, lane as u8) {
-            Some(s) => streams.push(s),
-            None => {
+            Ok(s) => streams.push(s),
+            Err(_) => {
                 tracing::info!(
                     "sock: qp {}: lane {lane} could not be opened: WRITEs stay on one stream",
                     qp.qpn

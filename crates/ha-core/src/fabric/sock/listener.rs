@@ -274,7 +274,7 @@ fn accept_all(l: &TcpListener, pending: &mut PendingSet) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 if fd_limit::is_exhausted(&e) {
-                    fd_limit::warn_exhausted("sock: accepting a stream", &e);
+                    fd_limit::warn_exhausted(|| "sock: accepting a stream".into(), &e);
                 } else {
                     tracing::debug!("sock: accept: {e}");
                 }

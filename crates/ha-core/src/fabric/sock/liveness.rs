@@ -286,37 +286,31 @@ mod tests {
         assert_eq!(resent(1, 240).silence(), Duration::ZERO);
         assert_eq!(resent(1, 300).silence(), ms(60));
         assert_eq!(resent(2, 300).silence(), ms(60));
+        // The silence of sample `s` once `since` ms have passed since the last acknowledgement.
+        let at = |s: TcpSample, since: u64| {
+            TcpSample {
+                since_ack: ms(since),
+                ..s
+            }
+            .silence()
+        };
         // Zero-window probes raise the back-off count without doubling the timeout and
         // without a retransmission: the full timeout still applies.
         let probed = TcpSample {
             backoff: 4,
-            ..open(1, 0, 150)
+            ..open(1, 0, 0)
         };
-        assert_eq!(probed.silence(), Duration::ZERO);
-        assert_eq!(
-            TcpSample {
-                since_ack: ms(240),
-                ..probed
-            }
-            .silence(),
-            ms(40)
-        );
+        assert_eq!(at(probed, 150), Duration::ZERO);
+        assert_eq!(at(probed, 240), ms(40));
         // A retransmission after such probes: the first timeout is never taken below 200 ms.
         let mixed = TcpSample {
             rto: ms(400),
             backoff: 5,
             retransmits: 1,
-            ..open(1, 0, 240)
+            ..open(1, 0, 0)
         };
-        assert_eq!(mixed.silence(), Duration::ZERO);
-        assert_eq!(
-            TcpSample {
-                since_ack: ms(300),
-                ..mixed
-            }
-            .silence(),
-            ms(60)
-        );
+        assert_eq!(at(mixed, 240), Duration::ZERO);
+        assert_eq!(at(mixed, 300), ms(60));
         // More than one segment in flight: the round trip alone, as before.
         assert_eq!(
             TcpSample {

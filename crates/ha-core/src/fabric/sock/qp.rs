@@ -300,6 +300,19 @@ impl QueuePair for SockQp {
             });
             crate::fabric::stages::mark("sock_post", v);
         }
+        let bytes = wrs
+            .iter()
+            .fold(0usize, |b, wr| b.saturating_add(wr.local.len));
+        let imm = wrs
+            .iter()
+            .any(|wr| matches!(wr.op, SendOp::WriteWithImm(_)));
+        // Judged outside the send-queue lock, which the sender thread contends for.
+        let limit = s.pd.tun.inline_bytes;
+        let allowed = match s.pd.tun.inline_gate {
+            // Every larger message is noted (inline_gate.rs: they tell who else sends).
+            Some(gate) => gate.may_inline(s.qpn, bytes, limit),
+            None => bytes <= limit,
+        } && limit > 0;
         let mut inline = None;
         let cause = {
             let mut sq = s.sq.lock();
@@ -314,12 +327,8 @@ impl QueuePair for SockQp {
             }
             // The sender thread has nothing of its own to emit: these WRs come first.
             let idle = sq.next_send == sq.wrs.len() && !sq.tail_pending;
-            let mut bytes = 0usize;
-            let mut imm = false;
             for wr in wrs {
                 let (mr, bad) = s.check_local(wr);
-                bytes = bytes.saturating_add(wr.local.len);
-                imm |= matches!(wr.op, SendOp::WriteWithImm(_));
                 sq.wrs.push_back(WrEntry {
                     wr: *wr,
                     mr,
@@ -330,12 +339,6 @@ impl QueuePair for SockQp {
                     last_psn: 0,
                 });
             }
-            let limit = s.pd.tun.inline_bytes;
-            let allowed = match s.pd.tun.inline_gate {
-                // Every larger message is noted (inline_gate.rs: they tell who else sends).
-                Some(gate) => gate.may_inline(s.qpn, bytes, limit),
-                None => bytes <= limit,
-            } && limit > 0;
             if idle && imm && allowed && !sq.link_dead && requester::has_work(&sq) {
                 inline = self.try_take_inline(&mut sq);
             }

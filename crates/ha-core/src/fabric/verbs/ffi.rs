@@ -221,9 +221,7 @@ mod tests {
     fn check_rc_maps_errno() {
         assert!(check_rc(0, || "x".into()).is_ok());
         match check_rc(libc::ENOMEM, || "post".into()) {
-            Err(FabricError::Io {
-                context, source, ..
-            }) => {
+            Err(FabricError::Io { context, source }) => {
                 assert_eq!(context, "post");
                 assert_eq!(source.raw_os_error(), Some(libc::ENOMEM));
             }
