@@ -95,13 +95,33 @@ fn a_rail_cut_during_a_pause_fails_over_once_the_peer_runs_again() {
     // A soft timeout longer than the pause: the failover is the cut's doing (its hard error,
     // found below the stopped peer's threads), finished once the peer runs again.
     for end in ["near", "far"] {
-        let v = pass("4", "on", &["--cut", end, "--env", "HA_NCCL_RTO_MS=30000"]);
+        let keep = std::env::temp_dir().join(format!("ha-stop-cut-{end}-{}", std::process::id()));
+        let keep_arg = keep.to_string_lossy().to_string();
+        let v = pass(
+            "4",
+            "on",
+            &[
+                "--cut",
+                end,
+                "--env",
+                "HA_NCCL_RTO_MS=30000",
+                "--keep",
+                &keep_arg,
+            ],
+        );
+        let log = std::fs::read_to_string(keep.join("stream.log")).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&keep);
         let failovers: u32 = v
             .split("failovers logged ")
             .nth(1)
             .and_then(|r| r.split(',').next())
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or(0);
-        assert!(failovers >= 2, "both sides must fail over: {v}");
+        let said: Vec<&str> = log.lines().filter(|l| l.contains("NET/HA : ")).collect();
+        assert!(
+            failovers >= 2,
+            "both sides must fail over: {v}\nthe plugin's lines:\n{}",
+            said.join("\n")
+        );
     }
 }

@@ -7,6 +7,7 @@
 
 use nccl_net_abi::common::{NcclDebugLogger, NCCL_LOG_INFO, NCCL_LOG_TRACE, NCCL_LOG_WARN};
 use std::ffi::CStr;
+use std::io::Write as _;
 use std::os::raw::{c_char, c_int, c_ulong};
 
 type Fixed =
@@ -61,7 +62,9 @@ unsafe extern "C" fn print(
             unsafe { CStr::from_ptr(file) }.to_string_lossy()
         )
     };
-    eprintln!("plugin {level}{at} {text}");
+    // One write per line (`eprintln!` writes each piece apart: lines of processes sharing
+    // stderr would interleave).
+    let _ = std::io::stderr().write_all(format!("plugin {level}{at} {text}\n").as_bytes());
 }
 
 /// The logger a tool passes to `plugin`'s `init`: none for this project's plugin (without one

@@ -4,6 +4,7 @@
 
 use parking_lot::RwLock;
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::sync::{Arc, Once, OnceLock};
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
@@ -52,8 +53,15 @@ pub struct StderrSink;
 
 impl LogSink for StderrSink {
     fn log(&self, level: Level, _subsys_init: bool, _file: &str, _line: u32, msg: &str) {
-        eprintln!("HA NET {} {msg}", level.as_str());
+        let _ = std::io::stderr().write_all(stderr_line(level, msg).as_bytes());
     }
+}
+
+/// One whole line for [`StderrSink`], written with one `write_all`: `eprintln!` writes each
+/// piece of its format separately (stderr is unbuffered), so two processes sharing a log
+/// file (two ranks, a tool and its child) interleaved pieces and fused two lines into one.
+fn stderr_line(level: Level, msg: &str) -> String {
+    format!("HA NET {} {msg}\n", level.as_str())
 }
 
 static SINK: RwLock<Option<Arc<dyn LogSink>>> = parking_lot::const_rwlock(None);
