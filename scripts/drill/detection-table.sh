@@ -9,30 +9,32 @@
 # usage: detection-table.sh [--drills N] [--out DIR] [--before VAR=VALUE] [extra sock-drill.sh options...]
 #   --drills N          drills per kind and setting (default 10)
 #   --out DIR           keep the per-run detection lines and drill outputs there (default: temporary)
-#   --before VAR=VALUE  what "before" sets (default HA_NCCL_SILENCE_MS=0, the check off)
+#   --before VAR=VALUE  what "before" sets (default HA_NCCL_SILENCE_MS=0, the check off);
+#                       repeatable (every one given is set)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-N=10 OUT="" BEFORE=HA_NCCL_SILENCE_MS=0 EXTRA=()
+N=10 OUT="" BEFORE=() EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --drills) N=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    --before) BEFORE=$2; shift 2 ;;
+    --before) BEFORE+=("$2"); shift 2 ;;
     -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) EXTRA+=("$1"); shift ;;
   esac
 done
 [[ $N =~ ^[1-9][0-9]*$ ]] || { echo "detection-table: --drills must be >= 1" >&2; exit 2; }
+[ ${#BEFORE[@]} -gt 0 ] || BEFORE=(HA_NCCL_SILENCE_MS=0)
 if [ -z "$OUT" ]; then OUT=$(mktemp -d /tmp/detection.XXXXXX); fi
 mkdir -p "$OUT"
-echo "detection-table: $N drills per kind and setting (before: $BEFORE), outputs in $OUT"
+echo "detection-table: $N drills per kind and setting (before: ${BEFORE[*]}), outputs in $OUT"
 fails=0
 for spec in down/near down/far blackhole/both oneway/near oneway/far; do
   kind=${spec%/*} end=${spec#*/}
   [ "$end" != both ] || end=near   # a blackhole drops both ways: the end does not matter
   for setting in before after; do
     env=()
-    [ "$setting" = after ] || env=(--env "$BEFORE")
+    if [ "$setting" = before ]; then for b in "${BEFORE[@]}"; do env+=(--env "$b"); done; fi
     tag="$kind-${spec#*/}-$setting"
     if ! bash "$ROOT/scripts/drill/sock-drill.sh" --drills "$N" --kind "$kind" --end "$end" \
         "${env[@]}" "${EXTRA[@]}" --detect "$OUT/$tag.detect" >"$OUT/$tag.out" 2>&1; then

@@ -29,6 +29,8 @@
 #   --error-within MS  bound for --expect error (default 5000)
 #   --duration SECS    stream length (default 4; raised to cover the cut sequence)
 #   --max-size SIZE    largest message (default 1M)
+#   --window N         requests in flight per side (default 32; 1 with a small --max-size:
+#                      one small segment in flight at a time, as NCCL's small all_reduce steps)
 #   --timeout SECS     harness no-progress timeout (default 10)
 #   --seed N           seed of the random choices and of the streams (default: random)
 #   --env K=V          extra environment for both sides (repeatable), e.g.
@@ -59,7 +61,7 @@ NS_A="${PREFIX}a"
 NS_B="${PREFIX}b"
 
 DRILLS=1 RAIL=0 END=random KIND=down DETECT="" CUT_AT=0.5-1.5 RESTORE="" SECOND="" FLAP="" NOCUT=0
-EXPECT=pass ERROR_WITHIN=5000 DURATION=4 MAX_SIZE=1M TIMEOUT=10 SEED="" KEEP="" PICTURES="" STATS_MS=100
+EXPECT=pass ERROR_WITHIN=5000 DURATION=4 MAX_SIZE=1M TIMEOUT=10 SEED="" KEEP="" PICTURES="" STATS_MS=100 WINDOW=32
 HARNESS="" PLUGIN="" ENVS=()
 
 die() { echo "sock-drill: $*" >&2; exit 2; }
@@ -87,6 +89,7 @@ while [ $# -gt 0 ]; do
     --error-within) ERROR_WITHIN=$val ;;
     --duration) DURATION=$val ;;
     --max-size) MAX_SIZE=$val ;;
+    --window) WINDOW=$val ;;
     --timeout) TIMEOUT=$val ;;
     --seed) SEED=$val ;;
     --env) ENVS+=("$val") ;;
@@ -163,7 +166,7 @@ mode="cut ($KIND) rail$RAIL end $END at ${CUT_AT}s"
 [ -z "$SECOND" ] || mode+=", second cut after ${SECOND}s"
 [ -z "$FLAP" ] || mode="flap rail$RAIL end $END for ${FLAP}s"
 [ "$NOCUT" = 0 ] || mode="no cut"
-echo "sock-drill: $DRILLS drill(s), $mode, expect $EXPECT, stream ${STREAM_S}s max-size $MAX_SIZE, seed $SEED${ENVS[*]:+, env ${ENVS[*]}}"
+echo "sock-drill: $DRILLS drill(s), $mode, expect $EXPECT, stream ${STREAM_S}s max-size $MAX_SIZE window $WINDOW, seed $SEED${ENVS[*]:+, env ${ENVS[*]}}"
 echo "sock-drill: harness $HARNESS, plugin $PLUGIN, logs $WORK"
 
 # Field K=V of an `event` line.
@@ -258,7 +261,7 @@ run_drill() {
     "${ENVS[@]}" "$HARNESS" stream --plugin "$PLUGIN" --mode procs \
     --child-prefix "ip netns exec $NS_B" \
     --child-env HA_NCCL_SOCK_RAILS=r0b,r1b --child-env NCCL_SOCKET_IFNAME=ob \
-    --duration "$STREAM_S" --max-size "$MAX_SIZE" --seed "$seed" --timeout "$TIMEOUT" \
+    --duration "$STREAM_S" --max-size "$MAX_SIZE" --window "$WINDOW" --seed "$seed" --timeout "$TIMEOUT" \
     --events "$ev" --json "$js" >"$log" 2>&1 &
   HPID=$!
   local t0=$SECONDS

@@ -7,6 +7,11 @@
 # it, with the command and the machine, to bench/results/<date>-softroce-verbs-vs-perftest.md
 # (BENCH_OUT overrides the file; BENCH_OUT=- saves nothing).
 #
+# BENCH_COUNTS=1 adds a counted table: system calls, context switches and CPU time per round
+# trip of each plugin run (ours, ours with the standby, the peer), from `perf stat` over runs
+# of BENCH_COUNT_ITERS (300) and four times as many round trips (the guest has no PMU: no
+# instruction counts).
+#
 # BENCH_STANDBY=1 adds the standby columns: the plugin again with its standby on (rail B's
 # ports as the standby devices), right after the single-path run, per size.
 #
@@ -64,7 +69,7 @@ log=$(mktemp)
 args=("$harness" "$so" "$min" "$max" "$factor" "$iters" "$lat_bytes" "$bw_bytes" "$bw_max"
   "$window" "$rounds" ${peer:+"$peer"})
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-SR_PASSENV="${SR_PASSENV:-} BENCH_STANDBY" SR_TIMEOUT=${SR_TIMEOUT:-3000} scripts/softroce/run-in-vm.sh \
+SR_PASSENV="${SR_PASSENV:-} BENCH_STANDBY BENCH_COUNTS BENCH_COUNT_ITERS" SR_TIMEOUT=${SR_TIMEOUT:-3000} scripts/softroce/run-in-vm.sh \
   bash "$ROOT/scripts/softroce/guest/bench.sh" "${args[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 guest_s=$((SECONDS - t1))
@@ -121,8 +126,13 @@ table=$(awk '
     if (sbn) goal = goal sprintf("* standby on vs off, latency (best rounds): %.2f-%.2fx (goal within 2 %%): %s\n", sblo, sbhi, (sblo >= 0.98 && sbhi <= 1.02) ? "met" : "MISSED")
     printf "\n%s", goal
   }' "$log")
+# BENCH_COUNTS=1: per round trip, both processes (guest/bench.sh's count pass).
+counts=$(awk '
+  $1 == "COUNT" { if (!n++) { print "| size | run | system calls per round trip (not yields) | sched_yield per round trip | context switches per round trip |"; print "|---:|---|---:|---:|---:|" }
+    printf "| %s | %s | %s | %s | %s |\n", $3, $2, $4, $5, $6 }' "$log")
 echo
 echo "$table"
+[ -z "$counts" ] || { echo; echo "$counts"; }
 echo "bench-verbs: guest run ${guest_s} s (rc=$rc), total $((SECONDS - t0)) s"
 [ "$rc" -eq 0 ] || { echo "bench-verbs: the guest run failed; nothing saved"; exit 1; }
 [ "$out" = - ] && exit 0
@@ -149,6 +159,12 @@ knobs=$(compgen -e | grep '^HA_NCCL_\|^BENCH_' | while read -r v; do printf '%s=
   echo "* Guest run ${guest_s} s; host load average (1/5/15 min) $load0 before, $load1 after."
   echo
   echo "$table"
+  if [ -n "$counts" ]; then
+    echo
+    echo "Counted, not timed (BENCH_COUNTS=1): both processes of a run under \`perf stat -e raw_syscalls:sys_enter,syscalls:sys_enter_sched_yield,context-switches\`, runs of ${BENCH_COUNT_ITERS:-300} and $((4 * ${BENCH_COUNT_ITERS:-300})) round trips, the difference per round trip (start-up and tear-down cancel):"
+    echo
+    echo "$counts"
+  fi
   echo
   echo "<details><summary>Every round (RESULT tool size latency_us [bandwidth]: plugin GB/s, ib_write_bw MiB/s)</summary>"
   echo

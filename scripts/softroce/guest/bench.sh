@@ -61,6 +61,8 @@ if [ "${BENCH_STANDBY:-0}" = 1 ]; then
   echo "== standby column: ports ${order[*]}, --dev $ia0 --peer-dev $ia1, ${standby_env[*]}"
 fi
 
+wrap=() # a command the plugin runs go through (perf stat, for BENCH_COUNTS)
+
 # plugin SIZE [LABEL SO [DEV PEER_DEV [VAR=VALUE...]]]: one ha-harness run for SIZE through SO
 # (ours by default) on devices DEV and PEER_DEV (0 and 1) with the extra environment; RESULT
 # line (LABEL, default plugin) from its JSON (full precision).
@@ -68,14 +70,22 @@ plugin() {
   local size=$1 label=${2:-plugin} lib=${3:-$so} d0=${4:-0} d1=${5:-1} out=/tmp/harness.out json=/tmp/harness.json pid child n line rc
   local extra=("${@:6}")
   rm -f "$json"
-  env "${extra[@]}" taskset -c 0 "$harness" bench --plugin "$lib" --mode procs --dev "$d0" --peer-dev "$d1" \
+  "${wrap[@]}" env "${extra[@]}" taskset -c 0 "$harness" bench --plugin "$lib" --mode procs --dev "$d0" --peer-dev "$d1" \
     --min "$size" --max "$size" --iters "$lat_iters" --lat-bytes "$lat_bytes" \
     --bw-bytes "$bw_bytes" --bw-max-msgs "$bw_max" --window "$window" --timeout 120 \
     --json "$json" > "$out" 2>&1 &
   pid=$!
+  # Under a wrapper (perf stat) the harness is the wrapper's child.
+  local top=$pid
+  if [ ${#wrap[@]} -gt 0 ]; then
+    top= n=0
+    while [ -z "$top" ] && ((n++ < 500)); do
+      read -r top 2>/dev/null < "/proc/$pid/task/$pid/children" || fsleep 0.01
+    done
+  fi
   child= n=0
-  while [ -z "$child" ] && ((n++ < 500)); do
-    read -r child 2>/dev/null < "/proc/$pid/task/$pid/children" || fsleep 0.01
+  while [ -n "$top" ] && [ -z "$child" ] && ((n++ < 500)); do
+    read -r child 2>/dev/null < "/proc/$top/task/$top/children" || fsleep 0.01
   done
   [ -n "$child" ] && taskset -a -p -c 1 "$child" > /dev/null
   wait "$pid"
@@ -143,4 +153,49 @@ for ((round = 1; round <= rounds; round++)); do
     perf ib_write_bw "$size" "$n" 3 -t "$window" || status=1
   done
 done
+
+# BENCH_COUNTS=1: what a round trip costs both processes of each plugin run (ours single path,
+# ours with the standby, the peer), counted rather than timed: system calls
+# other than `sched_yield` (raw_syscalls:sys_enter less syscalls:sys_enter_sched_yield: a
+# waiting poller's yields count how long it waited, not work), yields and context switches
+# (CPU time is not counted: the pollers spin, so it measures waiting too), from `perf stat` (the program: `perf` is the perftest runner above) over two runs
+# of C and 4C round trips (C = BENCH_COUNT_ITERS, 300): the difference over 3C, so start-up,
+# tear-down and the bandwidth test's few messages cancel. The guest has no PMU: no
+# instruction counts.
+#   COUNT LABEL SIZE SYSCALLS_PER_RT YIELDS_PER_RT CSW_PER_RT
+# count LABEL SIZE ITERS ARGS...: "syscalls yields csw" of one perf-stat'd plugin run
+count() {
+  local label=$1 size=$2 n=$3 st=/tmp/count.stat v e sc=0 y=0 cs=0
+  shift 3
+  wrap=(command perf stat -x, -o "$st" -e raw_syscalls:sys_enter,syscalls:sys_enter_sched_yield,context-switches --)
+  lat_iters=$n lat_bytes=$((1 << 40)) bw_bytes=64 plugin "$size" "$label" "$@" > /tmp/count.out ||
+    { wrap=(); echo "bench: counting $label at $size B failed: $(tail -n 3 /tmp/count.out)" >&2; return 1; }
+  wrap=()
+  while IFS=, read -r v _ e _; do
+    case $e in
+      raw_syscalls:sys_enter) sc=$v ;; syscalls:sys_enter_sched_yield) y=$v ;;
+      context-switches) cs=$v ;;
+    esac
+  done < "$st"
+  echo "$((sc - y)) $y $cs"
+}
+if [ "${BENCH_COUNTS:-0}" = 1 ]; then
+  [ -d /sys/kernel/tracing/events/raw_syscalls ] || mount -t tracefs nodev /sys/kernel/tracing
+  c=${BENCH_COUNT_ITERS:-300}
+  for ((size = min; size <= max; size *= factor)); do
+    runs=("plugin|$so|0|1")
+    [ ${#standby_env[@]} -gt 0 ] && runs+=("standby|$so|$ia0|$ia1")
+    [ -n "$peer_so" ] && runs+=("peer|$peer_so|0|1")
+    for r in "${runs[@]}"; do
+      IFS='|' read -r label lib d0 d1 <<< "$r"
+      extra=(); [ "$label" = standby ] && extra=("${standby_env[@]}")
+      a=$(count "$label" "$size" "$c" "$lib" "$d0" "$d1" "${extra[@]}") &&
+        b=$(count "$label" "$size" $((4 * c)) "$lib" "$d0" "$d1" "${extra[@]}") || { status=1; continue; }
+      read -r sa ya ca <<< "$a"
+      read -r sb yb cb <<< "$b"
+      echo "COUNT $label $size $(awk -v s="$((sb - sa))" -v y="$((yb - ya))" -v c="$((cb - ca))" \
+        -v n="$((3 * c))" 'BEGIN { printf "%.2f %.1f %.2f", s / n, y / n, c / n }')"
+    done
+  done
+fi
 exit $status
