@@ -137,6 +137,14 @@ pub const SOCK_LANES: Param = Param {
     range: Some((1, 8)),
 };
 
+pub const SOCK_DELACK_MAX_US: Param = Param {
+    name: "HA_NCCL_SOCK_DELACK_MAX_US",
+    kind: Kind::U64,
+    default: "5000",
+    doc: "`sock` fabric: longest the kernel may hold back its acknowledgement of what arrives on a responder's stream (`TCP_DELACK_MAX_US`, in Linux since 2025, e.g. 6.18; an older kernel keeps its 40–200 ms, said once at INFO). A responder whose kernel took a cap of at most 10 ms says so in its ACKs, and its peer then counts a lone small segment's silence from the link's round trip instead of TCP's 200 ms retransmission timeout: link cuts under small messages found after 35–47 ms instead of up to 322 ms (bench/results/2026-11-28-sock-delack-cap.md). 0 = the kernel's; at least two ticks of the kernel's clock (8 ms at 250 Hz), at most 200000.",
+    range: Some((0, 200_000)),
+};
+
 pub const SOCK_MAX_QP: Param = Param {
     name: "HA_NCCL_SOCK_MAX_QP",
     kind: Kind::U32,
@@ -368,6 +376,7 @@ pub const PARAMS: &[Param] = &[
     SOCK_EAGER,
     SOCK_SPIN_US,
     SOCK_LANES,
+    SOCK_DELACK_MAX_US,
     SOCK_MAX_QP,
     SOCK_MAX_CQE,
     TEST_MAX_POLL,
@@ -415,6 +424,8 @@ pub struct Config {
     pub sock_spin: Duration,
     /// `HA_NCCL_SOCK_LANES`: streams per queue pair for large WRITEs.
     pub sock_lanes: u16,
+    /// `HA_NCCL_SOCK_DELACK_MAX_US` (`None`: 0, the kernel's).
+    pub sock_delack_max: Option<Duration>,
     /// `HA_NCCL_SOCK_MAX_QP` (`None`: 0, no limit).
     pub sock_max_qp: Option<u32>,
     /// `HA_NCCL_SOCK_MAX_CQE` (`None`: 0, unbounded).
@@ -547,6 +558,7 @@ impl Config {
             sock_spin: Duration::from_micros(parse_number(&SOCK_SPIN_US, &text(&SOCK_SPIN_US))?),
             sock_lanes: u16::try_from(parse_number(&SOCK_LANES, &text(&SOCK_LANES))?)
                 .map_err(|_| out_of_range(&SOCK_LANES, &text(&SOCK_LANES)))?,
+            sock_delack_max: micros_or_kernel(&SOCK_DELACK_MAX_US, &text(&SOCK_DELACK_MAX_US))?,
             sock_max_qp: limit(&SOCK_MAX_QP, &text(&SOCK_MAX_QP))?,
             sock_max_cqe: limit(&SOCK_MAX_CQE, &text(&SOCK_MAX_CQE))?,
             test_max_poll: u32::try_from(parse_number(&TEST_MAX_POLL, &text(&TEST_MAX_POLL))?)
@@ -721,6 +733,12 @@ fn limit(p: &Param, value: &str) -> Result<Option<u32>, ConfigError> {
     Ok((n > 0).then_some(n))
 }
 
+/// A time in microseconds where 0 means "the kernel's own" (`None`).
+fn micros_or_kernel(p: &Param, value: &str) -> Result<Option<Duration>, ConfigError> {
+    let n = parse_number(p, value)?;
+    Ok((n > 0).then(|| Duration::from_micros(n)))
+}
+
 fn parse_bool(p: &Param, value: &str) -> Result<bool, ConfigError> {
     let v = non_empty(p, value)?.to_ascii_lowercase();
     match v.as_str() {
@@ -858,6 +876,7 @@ mod tests {
         assert_eq!(c.sock_eager, 4 << 10);
         assert_eq!(c.sock_spin, Duration::from_micros(100));
         assert_eq!(c.sock_lanes, 4);
+        assert_eq!(c.sock_delack_max, Some(Duration::from_millis(5)));
         assert_eq!((c.sock_max_qp, c.sock_max_cqe), (None, None));
         assert_eq!(c.test_max_poll, 16);
         assert_eq!(c.progress_spin, Duration::from_micros(50));
@@ -995,6 +1014,14 @@ mod tests {
             err_for("HA_NCCL_SOCK_SPIN_US", "10001"),
             ConfigError::OutOfRange { .. }
         ));
+        // The kernel takes no cap above its own 200 ms; 0 is the kernel's own.
+        assert!(matches!(
+            err_for("HA_NCCL_SOCK_DELACK_MAX_US", "200001"),
+            ConfigError::OutOfRange { .. }
+        ));
+        let kernel =
+            Config::from_lookup(|n| (n == "HA_NCCL_SOCK_DELACK_MAX_US").then(|| "0".into()));
+        assert_eq!(kernel.unwrap().sock_delack_max, None);
     }
 
     #[test]
@@ -1188,6 +1215,7 @@ mod tests {
             ("HA_NCCL_SOCK_EAGER", "1000"),
             ("HA_NCCL_SOCK_SPIN_US", "57"),
             ("HA_NCCL_SOCK_LANES", "3"),
+            ("HA_NCCL_SOCK_DELACK_MAX_US", "9000"),
             ("HA_NCCL_SOCK_MAX_CQE", "31"),
             ("HA_NCCL_GDR", "1"),
             ("HA_NCCL_SILENCE_MS", "53"),
@@ -1202,6 +1230,7 @@ mod tests {
             sock_eager,
             sock_spin,
             sock_lanes,
+            sock_delack_max,
             sock_max_qp,
             sock_max_cqe,
             test_max_poll,
@@ -1237,6 +1266,7 @@ mod tests {
         assert_eq!(sock_eager, 1000);
         assert_eq!(sock_spin, Duration::from_micros(57));
         assert_eq!(sock_lanes, 3);
+        assert_eq!(sock_delack_max, Some(Duration::from_micros(9000)));
         assert_eq!(test_max_poll, 3);
         assert_eq!(progress_spin, Duration::from_micros(9));
         assert_eq!(handshake_timeout, Duration::from_millis(11));
@@ -1259,7 +1289,7 @@ mod tests {
         assert_eq!((qp_timeout, qp_retry_cnt), (12, 3));
         assert_eq!((sock_max_qp, sock_max_cqe), (Some(29), Some(31)));
         assert_eq!(gdr, crate::fabric::verbs::gdr::GdrMode::Required);
-        assert_eq!(PARAMS.len(), 34, "one PARAMS row per Config field");
+        assert_eq!(PARAMS.len(), 35, "one PARAMS row per Config field");
     }
 
     #[test]

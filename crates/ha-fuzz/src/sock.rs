@@ -27,6 +27,9 @@ pub fn sock_header(data: &[u8]) {
         if h.has(flags::IMM) {
             assert!(h.op == Op::Write && h.has(flags::LAST));
         }
+        if h.has(flags::PROMPT) {
+            assert!(matches!(h.op, Op::Ack | Op::KeepAlive));
+        }
     }
     if let Ok(h) = Hello::decode(b) {
         assert_eq!(&h.encode()[..], &b[..h.encode().len()]);
@@ -114,7 +117,7 @@ pub(super) fn header_seeds() -> Vec<Vec<u8>> {
     out.push(w);
     let mut a = 64u32.to_le_bytes().to_vec();
     let mut ack = Header::new(Op::Ack);
-    ack.flags = flags::WR_DONE;
+    ack.flags = flags::WR_DONE | flags::PROMPT;
     a.extend_from_slice(&ack.to_bytes());
     out.push(a);
     let mut h = 0u32.to_le_bytes().to_vec();

@@ -27,7 +27,9 @@ pub const HANDLE_MAGIC: u32 = 0x314e_4148; // "HAN1" little-endian
 ///    `STRIPED` and `LANE` frames).
 /// 8: a clear-to-send of `n` receives fills the last `n` entry places of its FIFO slot and is
 ///    written as those and the two tail words only (`layout::cts_span`), not the whole slot.
-pub const PROTOCOL_VERSION: u16 = 8;
+/// 9: `sock` ACK and keep-alive frames may carry `PROMPT` (the responder's kernel caps its
+///    delayed ACK; an older requester refuses the bit).
+pub const PROTOCOL_VERSION: u16 = 9;
 const BODY_LEN: usize = 35;
 const SCRATCH_OFF: usize = 64;
 

@@ -129,6 +129,7 @@ fn build() -> ApiResult<Plugin> {
                     inline_gate: Some(crate::fabric::sock::InlineGate::process()),
                     spin: cfg.sock_spin,
                     lanes: cfg.sock_lanes,
+                    delack_max: cfg.sock_delack_max,
                     limits: crate::fabric::DeviceLimits {
                         max_qp: cfg.sock_max_qp,
                         max_cqe: cfg.sock_max_cqe,

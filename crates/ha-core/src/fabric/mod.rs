@@ -309,7 +309,8 @@ pub trait QueuePair: Send + Sync {
     /// transport's silence window, `HA_NCCL_SILENCE_MS`): `verbs`, twice the queue pair's
     /// local ACK timeout (4.096 µs × 2^`HA_NCCL_QP_TIMEOUT`: a lost packet stalls everything
     /// behind it until it is resent); `sock`, the peer kernel's delayed acknowledgement (up to
-    /// 40 ms on a LAN while the peer's thread has not read what arrived) with timer slack.
+    /// 40 ms on a LAN while the peer's thread has not read what arrived, or the cap a peer that
+    /// says `PROMPT` has, `sock/delack.rs`) with timer slack.
     fn silence_floor(&self) -> std::time::Duration {
         std::time::Duration::ZERO
     }

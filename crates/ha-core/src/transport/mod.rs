@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod connect;
+mod cts_backlog;
 pub mod drain_list;
 pub mod error;
 pub mod flush;

@@ -28,6 +28,9 @@ const SPARE_SEND_WRS: usize = 16;
 /// those — plus control messages and probes. The queue pair refuses more.
 pub const MAX_SEND_WR: u32 =
     (FIFO_DEPTH * (MAX_RECVS + 1) + CTRL_IN_FLIGHT + PROBES_IN_FLIGHT + SPARE_SEND_WRS) as u32;
+/// Clear-to-sends a receive connection keeps posted on one path at most: the send queue less
+/// room for control messages and probes. Beyond it they wait (`cts_backlog.rs`).
+pub const CTS_ROOM: usize = MAX_SEND_WR as usize - CTRL_IN_FLIGHT - PROBES_IN_FLIGHT;
 /// Receives kept posted on every path (at most 32 data immediates and 8 control messages are
 /// in flight).
 pub const RECV_POOL: usize = 64;
@@ -228,6 +231,12 @@ impl Path {
     /// to complete: a planned switch waits for none (control messages and probes do not count).
     pub fn data_in_flight(&self) -> bool {
         self.outstanding.iter().any(|p| is_data(p.wr_id))
+    }
+
+    /// Work requests posted here that have not completed (an unsignaled one until a later
+    /// completion covers it): the send queue's occupancy as far as this side has polled.
+    pub fn posted(&self) -> usize {
+        self.outstanding.len()
     }
 
     /// Whether the newest work request posted here is an unsignaled clear-to-send that no

@@ -5,11 +5,12 @@
 //! (`link/planned.rs`) nothing is fenced: it stops posting, waits until it delivered what the
 //! sender posted and its own clear-to-sends completed, then does the same.
 
+use super::cts_backlog::{CtsBacklog, Deferred};
 use super::error::{Error, Result};
 use super::flush::Flushes;
 use super::link::{Drain, Event, Link, Phase};
 use super::mr::MrHandle;
-use crate::fabric::{SendOp, SendWr, Sge, WcStatus};
+use crate::fabric::{FabricError, SendOp, SendWr, Sge, WcStatus};
 use ha_proto::data::layout::{
     cts_written, CtrlKind, CtrlMsg, CtsEntry, CTS_SLOT_WORDS, FIFO_DEPTH,
 };
@@ -36,6 +37,10 @@ pub struct RecvComm {
     slot_mrs: Vec<Vec<Arc<MrHandle>>>,
     /// GPU flushes (`iflush`) and their loopback queue pairs.
     pub(crate) flushes: Flushes,
+    /// Clear-to-sends waiting for room in their path's send queue (`cts_backlog.rs`).
+    backlog: CtsBacklog,
+    /// Clear-to-sends one path keeps posted at most ([`super::path::CTS_ROOM`]; tests lower it).
+    pub(crate) cts_room: usize,
 }
 
 impl RecvComm {
@@ -49,6 +54,8 @@ impl RecvComm {
             machine,
             slot_mrs: vec![Vec::new(); FIFO_DEPTH],
             flushes: Flushes::new(),
+            backlog: CtsBacklog::default(),
+            cts_room: super::path::CTS_ROOM,
         }
     }
 
@@ -150,8 +157,8 @@ impl RecvComm {
         }
     }
 
-    /// Write clear-to-send `cts` (staged in slot `slot`) over `path` to word `fifo_word` of
-    /// the sender's FIFO.
+    /// Write clear-to-send `cts` over `path` to word `fifo_word` of the sender's FIFO, or,
+    /// while that path's send queue has no room (or others wait), queue it behind the others.
     fn post_cts(
         &mut self,
         path: usize,
@@ -160,6 +167,88 @@ impl RecvComm {
         fifo_word: usize,
         cts: &[u64; CTS_SLOT_WORDS],
     ) {
+        let d = Deferred {
+            path,
+            seq,
+            slot,
+            fifo_word,
+            cts: *cts,
+        };
+        if !self.backlog.is_empty() || !self.room(path) {
+            self.wait(d);
+            return;
+        }
+        if !self.post_cts_now(&d) {
+            self.wait(d);
+        }
+    }
+
+    fn wait(&mut self, d: Deferred) {
+        if self.backlog.waited == 0 {
+            tracing::info!(
+                "NET/HA : {}: clear-to-sends wait for room in path {}'s send queue ({} posted, not yet acknowledged as far as this side has polled): the peer's acknowledgements are late",
+                self.link.name,
+                d.path,
+                self.link.path(d.path).posted()
+            );
+        }
+        self.backlog.push(d);
+    }
+
+    /// Whether `path`'s send queue has room for a clear-to-send. Without room, an unsignaled
+    /// clear-to-send last in it gets a probe behind it, whose completion covers it (else
+    /// nothing would ever complete there).
+    fn room(&mut self, path: usize) -> bool {
+        let addr = self.link.peer_addr;
+        let room = self.cts_room;
+        let p = self.link.path_mut(path);
+        if p.posted() < room {
+            return true;
+        }
+        if let Err(e) = p.cover(addr) {
+            let ev = self.link.path_error(
+                path,
+                WcStatus::LocQpOpErr,
+                format!("probe behind the clear-to-sends: {e}"),
+            );
+            self.on_event(ev);
+        }
+        false
+    }
+
+    /// Post the waiting clear-to-sends that have room now, oldest first. Only in the normal
+    /// phase and on the active path: a switch re-posts every open one on its new path.
+    fn flush_backlog(&mut self) {
+        while let Some(d) = self.backlog.front() {
+            if !matches!(self.link.phase, Phase::Normal) {
+                return;
+            }
+            if d.path != self.link.active {
+                self.backlog.pop_front();
+                continue;
+            }
+            let path = d.path;
+            if !self.room(path) {
+                return;
+            }
+            let d = self.backlog.pop_front().expect("front exists");
+            if !self.post_cts_now(&d) {
+                self.backlog.push_front(d);
+                return;
+            }
+        }
+    }
+
+    /// Post clear-to-send `d` (staged in its slot); false when the send queue was full after
+    /// all. Any other failure fails the path.
+    fn post_cts_now(&mut self, d: &Deferred) -> bool {
+        let Deferred {
+            path,
+            seq,
+            slot,
+            fifo_word,
+            ref cts,
+        } = *d;
         // Only the words this clear-to-send fills go out (48 bytes for one receive).
         let span = cts_written(cts);
         let base = slot * CTS_SLOT_WORDS + span.start;
@@ -185,13 +274,18 @@ impl RecvComm {
             signaled: seq % CTS_SIGNAL_EVERY == 0,
             inline: true,
         };
-        if let Err(e) = p.post(&[wr]) {
-            let ev = self.link.path_error(
-                path,
-                WcStatus::LocQpOpErr,
-                format!("posting a clear-to-send: {e}"),
-            );
-            self.on_event(ev);
+        match p.post(&[wr]) {
+            Ok(()) => true,
+            Err(FabricError::QueueFull(_)) => false,
+            Err(e) => {
+                let ev = self.link.path_error(
+                    path,
+                    WcStatus::LocQpOpErr,
+                    format!("posting a clear-to-send: {e}"),
+                );
+                self.on_event(ev);
+                true
+            }
         }
     }
 
@@ -211,6 +305,13 @@ impl RecvComm {
         }
         self.advance_failover();
         self.advance_planned();
+        self.flush_backlog();
+    }
+
+    /// Clear-to-sends that had to wait for room in their path's send queue, since the
+    /// connection opened.
+    pub fn cts_waited(&self) -> u64 {
+        self.backlog.waited
     }
 
     fn on_event(&mut self, ev: Event) {
@@ -317,6 +418,8 @@ impl RecvComm {
     /// Re-post every open receive's clear-to-send on path `to` with its keys (in the machine's
     /// current epoch); how many, or `None` when a post failed (and changed the link's phase).
     fn repost_open(&mut self, to: usize) -> Option<usize> {
+        // Every open receive's clear-to-send goes out again below: the waiting ones too.
+        self.backlog.clear();
         let dev = self.link.path(to).device().clone();
         let phase = std::mem::discriminant(&self.link.phase);
         let open = self.machine.open_requests();

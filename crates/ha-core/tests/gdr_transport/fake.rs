@@ -121,6 +121,7 @@ impl FakeGpuFabric {
             inline_gate: None,
             spin: Duration::ZERO,
             lanes: 4,
+            delack_max: Some(std::time::Duration::from_millis(5)),
             limits: Default::default(),
         })
         .unwrap();

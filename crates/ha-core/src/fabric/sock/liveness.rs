@@ -268,12 +268,12 @@ mod tests {
         // Segments in flight: the time since the last acknowledgement, less the round trip
         // (50 us + 4 x 10 us here).
         let us = Duration::from_micros;
-        assert_eq!(open(3, 0, 40).silence(), ms(40) - us(90));
-        assert_eq!(sample(3, 0, 40).silence(), ms(40) - us(90));
+        assert_eq!(open(3, 0, 40).silence(false), ms(40) - us(90));
+        assert_eq!(sample(3, 0, 40).silence(false), ms(40) - us(90));
         // One segment in flight: if it was lost, TCP resends it only after its retransmission
         // timeout (200 ms here): until then a lossy link is silent, not dead.
-        assert_eq!(open(1, 0, 150).silence(), Duration::ZERO);
-        assert_eq!(open(1, 0, 240).silence(), ms(40));
+        assert_eq!(open(1, 0, 150).silence(false), Duration::ZERO);
+        assert_eq!(open(1, 0, 240).silence(false), ms(40));
         // TCP resent it unanswered (its timeout doubled to 400 ms): the allowance ends when the
         // resend's answer is due (the first 200 ms + 40 ms), not after the doubled timeout.
         let resent = |backoff: u8, since| TcpSample {
@@ -282,17 +282,17 @@ mod tests {
             retransmits: backoff,
             ..open(1, 0, since)
         };
-        assert_eq!(resent(1, 230).silence(), Duration::ZERO);
-        assert_eq!(resent(1, 240).silence(), Duration::ZERO);
-        assert_eq!(resent(1, 300).silence(), ms(60));
-        assert_eq!(resent(2, 300).silence(), ms(60));
+        assert_eq!(resent(1, 230).silence(false), Duration::ZERO);
+        assert_eq!(resent(1, 240).silence(false), Duration::ZERO);
+        assert_eq!(resent(1, 300).silence(false), ms(60));
+        assert_eq!(resent(2, 300).silence(false), ms(60));
         // The silence of sample `s` once `since` ms have passed since the last acknowledgement.
         let at = |s: TcpSample, since: u64| {
             TcpSample {
                 since_ack: ms(since),
                 ..s
             }
-            .silence()
+            .silence(false)
         };
         // Zero-window probes raise the back-off count without doubling the timeout and
         // without a retransmission: the full timeout still applies.
@@ -311,6 +311,15 @@ mod tests {
         };
         assert_eq!(at(mixed, 240), Duration::ZERO);
         assert_eq!(at(mixed, 300), ms(60));
+        // A peer that acknowledges promptly (its kernel's delayed ACK capped, `PROMPT`): a
+        // lone segment's silence counts from the round trip, as several segments' does...
+        assert_eq!(open(1, 0, 40).silence(true), ms(40) - us(90));
+        assert_eq!(open(1, 0, 40).silence(false), Duration::ZERO);
+        // ...also once TCP resent it (a resend must not end a suspicion already begun).
+        assert_eq!(resent(1, 240).silence(true), ms(240) - us(90));
+        assert_eq!(resent(2, 300).silence(true), ms(300) - us(90));
+        // Nothing in flight is no silence, prompt peer or not.
+        assert_eq!(open(0, 0, 5000).silence(true), Duration::ZERO);
         // More than one segment in flight: the round trip alone, as before.
         assert_eq!(
             TcpSample {
@@ -319,7 +328,7 @@ mod tests {
                 rto: ms(400),
                 ..open(3, 0, 40)
             }
-            .silence(),
+            .silence(false),
             ms(40) - us(90)
         );
         // A long, jittery link (40 ms +- 10 ms): an acknowledgement 60 ms late is no silence
@@ -329,23 +338,23 @@ mod tests {
             rttvar: ms(20),
             ..open(3, 0, since)
         };
-        assert_eq!(far(60).silence(), Duration::ZERO);
-        assert_eq!(far(200).silence(), ms(80));
+        assert_eq!(far(60).silence(false), Duration::ZERO);
+        assert_eq!(far(200).silence(false), ms(80));
         // Nothing in flight, nothing to send: an idle stream is not silent.
-        assert_eq!(open(0, 0, 5000).silence(), Duration::ZERO);
+        assert_eq!(open(0, 0, 5000).silence(false), Duration::ZERO);
         // The window open and data the link did not take (carrier lost): silent.
         let stuck = TcpSample {
             unsent: 4096,
             ..open(0, 0, 90)
         };
-        assert_eq!(stuck.silence(), ms(90) - us(90));
-        assert_eq!(open(0, 2, 90).silence(), ms(90) - us(90));
+        assert_eq!(stuck.silence(false), ms(90) - us(90));
+        assert_eq!(open(0, 2, 90).silence(false), ms(90) - us(90));
         // The window closed (a peer that does not read): its choice, not silence.
         let closed = TcpSample {
             unsent: 4096,
             ..sample(0, 2, 900)
         };
-        assert_eq!(closed.silence(), Duration::ZERO);
+        assert_eq!(closed.silence(false), Duration::ZERO);
     }
 
     #[test]

@@ -90,8 +90,10 @@
 //! Faster than all of these, `QueuePair::link_silence` reports how long the outbound stream's
 //! data has waited for the peer's kernel (`TCP_INFO`, [`net::TcpSample::silence`]); the
 //! transport uses it to move traffic off a dead link in tens of milliseconds once a standby
-//! shows the peer still runs (`transport/link/silence.rs`). The queue pair itself is not
-//! failed on silence: that stays the judge's call, below.
+//! shows the peer still runs (`transport/link/silence.rs`). A responder whose kernel caps its
+//! delayed ACK says so in its ACK frames (`PROMPT`, `delack.rs`), and a lone small segment to
+//! it then counts as silent after the round trip instead of TCP's retransmission timeout. The
+//! queue pair itself is not failed on silence: that stays the judge's call, below.
 //!
 //! The judge's last verdict is what `QueuePair::link_alive` reports (alive on any frame from
 //! the peer; otherwise the verdict of the last idle tick): the connection layer waits out a
@@ -110,6 +112,7 @@
 mod ack_watch;
 mod connect;
 mod cq;
+mod delack;
 mod domain;
 pub mod hello;
 mod inline_gate;
@@ -182,6 +185,9 @@ pub struct SockConfig {
     /// Streams a queue pair stripes WRITEs of at least [`wire::STRIPE_MIN`] bytes over, main
     /// stream included (1: no striping; `HA_NCCL_SOCK_LANES`).
     pub lanes: u16,
+    /// Delayed-ACK cap of the streams responders accept (`HA_NCCL_SOCK_DELACK_MAX_US`;
+    /// `None`: the kernel's; `delack.rs`).
+    pub delack_max: Option<Duration>,
     /// Device limits to emulate on every rail (default: none).
     pub limits: DeviceLimits,
 }
@@ -200,6 +206,8 @@ pub(crate) struct Tunables {
     pub lanes: u16,
     /// Entries a completion queue holds at most (`None`: unbounded).
     pub max_cqe: Option<u32>,
+    /// [`SockConfig::delack_max`].
+    pub delack_max: Option<Duration>,
 }
 
 impl Tunables {
@@ -273,6 +281,7 @@ impl SockFabric {
                 spin: cfg.spin,
                 lanes: cfg.lanes,
                 max_cqe: cfg.limits.max_cqe,
+                delack_max: cfg.delack_max,
             },
             slots,
         })

@@ -1,5 +1,7 @@
 //! Socket plumbing for the `sock` fabric: source-bound non-blocking connect, listener,
-//! socket options, gathered `sendmsg` and raw `recv` into caller memory. All `libc` here.
+//! socket options, gathered `sendmsg` and raw `recv` into caller memory. All `libc` here but
+//! the delayed-ACK cap's option number (`delack.rs`, through [`setsockopt_int`] and
+//! [`getsockopt_int`]).
 
 use std::io;
 use std::mem;
@@ -54,7 +56,7 @@ fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
-fn setsockopt_int(
+pub(super) fn setsockopt_int(
     fd: RawFd,
     level: libc::c_int,
     name: libc::c_int,
@@ -71,6 +73,27 @@ fn setsockopt_int(
         )
     })
     .map(|_| ())
+}
+
+/// An integer socket option of `fd`.
+pub(super) fn getsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v`/`len` are valid out-parameters of the size passed.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            &mut v as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    })?;
+    Ok(v)
 }
 
 /// Large buffers where allowed: `SO_*BUFFORCE` (root) pins 4 MiB; otherwise the kernel's
@@ -152,8 +175,8 @@ pub const RESEND_ACK_WAIT: Duration = Duration::from_millis(40);
 const RTO_MIN: Duration = Duration::from_millis(200);
 
 /// How long a live peer's kernel may leave this stream's data unacknowledged: Linux holds an
-/// ACK back (up to 40 ms, `TCP_DELACK_MIN`) while the receiving thread has not read what
-/// arrived. The responder reads continuously, except while a WRITE_WITH_IMM waits for a
+/// ACK back (up to 40 ms, `TCP_DELACK_MIN`, or the cap of a peer that says `PROMPT`,
+/// `delack.rs`) while the receiving thread has not read what arrived. The responder reads continuously, except while a WRITE_WITH_IMM waits for a
 /// receive; it then sends a keep-alive every [`super::responder::KEEPALIVE`] (10 ms), which
 /// carries the kernel's acknowledgement (measured: 40 ms of silence with 50 ms keep-alives,
 /// 8–12 ms with 10 ms ones, `a_responder_waiting_for_a_receive_keeps_the_link_from_looking_silent`).
@@ -178,13 +201,17 @@ impl TcpSample {
     /// `rto` and [`RTO_MIN`]) plus [`RESEND_ACK_WAIT`], counted from the last acknowledgement
     /// like the rest, instead of the doubled timeout, which only waits longer on a link that
     /// left the segment and its resend unanswered (cuts found after 431–470 ms; with this rule
-    /// 215–280 ms, bench/results/2026-11-27-sock-lone-segment.md). Zero when nothing waits (a
-    /// closed window is the peer's choice, not silence).
-    pub fn silence(&self) -> Duration {
+    /// 215–280 ms, bench/results/2026-11-27-sock-lone-segment.md). A peer that acknowledges
+    /// promptly (`peer_prompt`: its kernel's delayed ACK is capped below the silence floor,
+    /// `delack.rs`) gets neither allowance: its kernel answers a lone segment that arrived
+    /// within a few milliseconds, so a longer silence is a dead link or a lost segment, both
+    /// worth asking the standby about (and a resend must not end a suspicion already begun). Zero when nothing waits (a closed
+    /// window is the peer's choice, not silence).
+    pub fn silence(&self, peer_prompt: bool) -> Duration {
         let waiting =
             self.unacked > 0 || (!self.zero_window && (self.probes > 0 || self.unsent > 0));
         let round_trip = self.rtt + self.rttvar * 4;
-        let allowed = if self.unacked == 1 {
+        let allowed = if self.unacked == 1 && !peer_prompt {
             if self.retransmits == 0 {
                 round_trip.max(self.rto)
             } else {

@@ -37,6 +37,7 @@ impl InboundTarget for QpShared {
             if self.tune(&s, self.pd.tun.rx_tick()).is_err() {
                 return false;
             }
+            super::delack::cap(s.as_raw_fd(), self.pd.tun.delack_max);
             return super::lanes::attach(&self, s, hello.lane);
         }
         let clone = {
@@ -47,6 +48,8 @@ impl InboundTarget for QpShared {
             if self.tune(&s, self.pd.tun.rx_tick()).is_err() {
                 return false;
             }
+            // Before its responder reads it: the responder says in its ACKs what it got.
+            super::delack::cap(s.as_raw_fd(), self.pd.tun.delack_max);
             // One inbound stream per queue pair, ever.
             ctl.inbound_attached = true;
             Arc::new(s)
@@ -125,6 +128,7 @@ impl SockQp {
             fail_mx: Mutex::new(()),
             link: AtomicU8::new(super::qp_state::LINK_UNKNOWN),
             ack_long: AtomicBool::new(false),
+            peer_prompt: AtomicBool::new(false),
             ack_kick: std::sync::OnceLock::new(),
             lanes: Mutex::new(Default::default()),
             lanes_cv: Condvar::new(),
@@ -323,6 +327,7 @@ impl QueuePair for SockQp {
                 return Ok(());
             }
             if sq.wrs.len() + wrs.len() > s.caps.max_send_wr as usize {
+                tracing::warn!("sock: qp {}: send queue full: {}", s.qpn, sq.summary());
                 return Err(FabricError::QueueFull("sock: send queue"));
             }
             // The sender thread has nothing of its own to emit: these WRs come first.
@@ -383,11 +388,15 @@ impl QueuePair for SockQp {
         // The lanes' too: striped bytes may wait there while the main stream's are through.
         let ctl = self.shared.ctl.lock();
         let lanes = ctl.lanes(true);
+        let prompt = self
+            .shared
+            .peer_prompt
+            .load(std::sync::atomic::Ordering::Relaxed);
         let main = net::tcp_sample(ctl.out_sock.as_ref()?.as_raw_fd())
             .ok()?
-            .silence();
+            .silence(prompt);
         Some(lanes.fold(main, |m, s| {
-            net::tcp_sample(s.as_raw_fd()).map_or(m, |t| m.max(t.silence()))
+            net::tcp_sample(s.as_raw_fd()).map_or(m, |t| m.max(t.silence(prompt)))
         }))
     }
 

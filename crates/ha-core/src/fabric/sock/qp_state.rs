@@ -60,6 +60,32 @@ pub struct WrEntry {
 }
 
 impl SendQueue {
+    /// What the queue holds, for an error that says why it is full.
+    pub fn summary(&self) -> String {
+        let emitted = self.wrs.iter().filter(|e| e.emitted).count();
+        let signaled = self.wrs.iter().filter(|e| e.wr.signaled).count();
+        let sig_emitted = self
+            .wrs
+            .iter()
+            .filter(|e| e.wr.signaled && e.emitted)
+            .count();
+        let front = self.wrs.front().map(|e| {
+            format!(
+                "front: id {:#x} signaled {} emitted {} psn {} len {}",
+                e.wr.wr_id, e.wr.signaled, e.emitted, e.last_psn, e.wr.local.len
+            )
+        });
+        format!(
+            "{} WRs ({emitted} emitted, {signaled} signaled of which {sig_emitted} emitted), next_send {}, next_psn {}, last progress {:?} ago, tail_pending {}; {}",
+            self.wrs.len(),
+            self.next_send,
+            self.next_psn,
+            self.last_progress.elapsed(),
+            self.tail_pending,
+            front.unwrap_or_default()
+        )
+    }
+
     /// Whether a WR in flight waits for an ACK: one that is signaled or not fully emitted.
     /// Emitted unsignaled WRs (`QUIET`) wait for none: the next ACK due covers them, and
     /// until then they count as done for the retry timer and a broken stream, as they would
@@ -167,6 +193,9 @@ pub struct QpShared {
     pub(super) link: AtomicU8,
     /// The ack reader waits with its long tick (`reader.rs`): a post kicks it awake.
     pub(super) ack_long: AtomicBool,
+    /// The peer's responder said its kernel acknowledges promptly (`flags::PROMPT` on an ACK
+    /// or keep-alive): a lone segment's silence counts from the round trip (`delack.rs`).
+    pub(super) peer_prompt: AtomicBool,
     /// The eventfd that kick goes to, made at the ack reader's first long wait (None: it
     /// could not be made, and the reader keeps its short tick).
     pub(super) ack_kick: std::sync::OnceLock<Option<super::net::KickFd>>,

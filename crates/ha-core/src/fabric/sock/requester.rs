@@ -402,6 +402,9 @@ fn ack_loop(qp: &QpShared, rd: &mut FrameReader, link: &mut Links, fd: RawFd) ->
         };
         let r = match h.op {
             Op::Ack | Op::KeepAlive => {
+                if h.has(flags::PROMPT) && !qp.peer_prompt.load(Ordering::Relaxed) {
+                    qp.peer_prompt.store(true, Ordering::Relaxed);
+                }
                 let mut sq = qp.sq.lock();
                 sq.last_progress = Instant::now();
                 if h.op == Op::Ack {

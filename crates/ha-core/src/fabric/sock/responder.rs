@@ -139,6 +139,9 @@ struct Responder<'a> {
     /// A frame the pending ACK covers is not `QUIET`: send it before waiting for more.
     pending_due: bool,
     spin: SpinRule,
+    /// [`flags::PROMPT`] when this stream's kernel caps its delayed ACK (`delack.rs`), else
+    /// 0: on every ACK and keep-alive.
+    prompt: u8,
 }
 
 /// Responder thread body.
@@ -158,6 +161,11 @@ pub fn run(qp: Arc<QpShared>, stream: Stream) {
         pending_frames: 0,
         pending_due: false,
         spin: SpinRule::default(),
+        prompt: if super::delack::prompt(fd) {
+            flags::PROMPT
+        } else {
+            0
+        },
     };
     let end = r.serve();
     match end {
@@ -258,7 +266,9 @@ impl Responder<'_> {
     /// then a keep-alive (both carry the kernel's acknowledgement of what arrived meanwhile).
     fn keep_alive(&mut self) -> Result<(), End> {
         self.flush_ack()?;
-        self.send(&Header::new(Op::KeepAlive), 0, 0)
+        let mut h = Header::new(Op::KeepAlive);
+        h.flags = self.prompt;
+        self.send(&h, 0, 0)
     }
 
     fn flush_ack(&mut self) -> Result<(), End> {
@@ -268,8 +278,9 @@ impl Responder<'_> {
             ACKS_SENT.fetch_add(1, Ordering::Relaxed);
             let mut h = Header::new(Op::Ack);
             h.psn = psn;
+            h.flags = self.prompt;
             if done {
-                h.flags = flags::WR_DONE;
+                h.flags |= flags::WR_DONE;
             }
             self.send(&h, 0, 0)?;
         }
@@ -446,9 +457,19 @@ impl Responder<'_> {
     fn deliver_imm(&mut self, imm: u32, total: u64) -> Result<(), End> {
         let qp = self.qp;
         let mut rq = qp.rq.lock();
+        let since = std::time::Instant::now();
+        let mut said = false;
         loop {
             if qp.dead() {
                 return Err(End::Quiet);
+            }
+            if !said && since.elapsed() > Duration::from_millis(200) {
+                said = true;
+                tracing::info!(
+                    "sock: qp {}: a WRITE_WITH_IMM (immediate {imm:#x}, {total} bytes) has waited {:?} for a receive; the stream is not read meanwhile",
+                    qp.qpn,
+                    since.elapsed()
+                );
             }
             if let Some(id) = rq.pop_front() {
                 crate::fabric::stages::mark("sock_place", total);

@@ -101,8 +101,9 @@ impl Op {
                     | flags::LANE
             }
             Op::ReadResp => flags::FIRST | flags::LAST,
-            Op::Ack => flags::WR_DONE,
-            Op::ReadReq | Op::Nak | Op::KeepAlive => 0,
+            Op::Ack => flags::WR_DONE | flags::PROMPT,
+            Op::KeepAlive => flags::PROMPT,
+            Op::ReadReq | Op::Nak => 0,
         }
     }
 
@@ -131,6 +132,10 @@ pub mod flags {
     pub const STRIPED: u8 = 32;
     /// WRITE on a lane, alone: one share of a striped WRITE (see the module doc).
     pub const LANE: u8 = 64;
+    /// ACK or keep-alive: the responder's kernel acknowledges this stream within a few
+    /// milliseconds whatever its thread does (its delayed ACK is capped: `delack.rs`), so
+    /// the requester may count a lone segment's silence from its round trip.
+    pub const PROMPT: u8 = 128;
 }
 
 /// NAK syndromes (in the `imm` field).

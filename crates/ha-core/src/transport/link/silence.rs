@@ -18,7 +18,8 @@
 //! window); on `sock` the peer's kernel delays its acknowledgement by up to 40 ms while the
 //! peer's thread has not read, which the peer's responder bounds with a keep-alive every 10 ms
 //! while it waits for a receive (a 25 ms floor), and the fabric discounts the link's round trip,
-//! or TCP's retransmission timeout while a single segment is out.
+//! or TCP's retransmission timeout while a single segment is out — unless the peer's kernel caps
+//! its delayed ACK and says so (`PROMPT`, `fabric/sock/delack.rs`): then the round trip alone.
 //!
 //! Silence alone is not proof: a `sock` peer process that is stopped or descheduled leaves small
 //! segments unacknowledged for up to the kernel's delayed-ACK time (40–200 ms). So silence only

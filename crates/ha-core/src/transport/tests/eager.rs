@@ -139,3 +139,25 @@ fn a_receive_of_two_buffers_is_refused_by_name_while_eager_sends_are_on() {
         }
     }
 }
+
+/// Clear-to-sends that find their path's send queue without room wait (flow control) instead
+/// of failing the path: with room for only 4, eager traffic goes on intact, exactly once,
+/// some clear-to-sends wait (an unsignaled one last gets a probe behind it, whose completion
+/// frees the room), and so on through a failover of the receiver's path.
+#[test]
+fn clear_to_sends_without_room_wait_and_every_message_arrives_once() {
+    let _l = TEST_LOCK.read();
+    let mut p = Pair::new(cfg());
+    p.recv.cts_room = 4;
+    let mut flow = Flow::new(&p, 16, 512);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while p.recv.cts_waited() == 0 {
+        assert!(Instant::now() < deadline, "no clear-to-send waited in 20 s");
+        flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    }
+    flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
+    let active = p.recv.link.active;
+    fail_path(&mut p, &mut flow, false, active);
+    flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
+    assert_eq!(p.recv.duplicates(), 0);
+}

@@ -54,6 +54,7 @@ pub fn sock() -> Arc<dyn Fabric> {
             inline_gate: Some(crate::fabric::sock::InlineGate::process()),
             spin: Duration::from_micros(100),
             lanes: 4,
+            delack_max: Some(std::time::Duration::from_millis(5)),
             limits: Default::default(),
         })
         .unwrap(),

@@ -18,6 +18,7 @@ fn gated_fabric() -> SockFabric {
         inline_gate: Some(Box::leak(Box::new(InlineGate::new()))),
         spin: Duration::from_micros(100),
         lanes: 4,
+        delack_max: Some(std::time::Duration::from_millis(5)),
         limits: Default::default(),
     })
     .unwrap()

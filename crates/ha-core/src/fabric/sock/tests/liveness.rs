@@ -101,6 +101,11 @@ fn blackhole_far() {
 }
 
 fn rail_fabric(ip: &str, retry: Duration) -> SockFabric {
+    rail_fabric_capped(ip, retry, Some(Duration::from_millis(5)))
+}
+
+/// [`rail_fabric`] with the responders' delayed-ACK cap `delack` (`None`: the kernel's).
+fn rail_fabric_capped(ip: &str, retry: Duration, delack: Option<Duration>) -> SockFabric {
     SockFabric::new(SockConfig {
         rails: vec![SockRail {
             name: ip.into(),
@@ -112,6 +117,7 @@ fn rail_fabric(ip: &str, retry: Duration) -> SockFabric {
         inline_gate: None,
         spin: Duration::from_micros(100),
         lanes: 4,
+        delack_max: delack,
         limits: Default::default(),
     })
     .unwrap()
@@ -401,4 +407,73 @@ fn a_responder_waiting_for_a_receive_keeps_the_link_from_looking_silent() {
     // With keep-alives every 50 ms this read 40 ms (the kernel's delayed ACK); every 10 ms,
     // 8-12 ms.
     assert!(worst < net::SILENCE_FLOOR, "worst silence {worst:?}");
+}
+
+/// A lone small segment on a link that died: from a peer whose responder says its kernel
+/// acknowledges promptly (its delayed ACK capped, `PROMPT`), the link's silence counts from
+/// the round trip, so it shows within tens of milliseconds; from a peer without the cap, not
+/// before TCP's retransmission timeout (200 ms at least), as always. Skipped where the kernel
+/// has no cap (a kernel without `TCP_DELACK_MAX_US`, added in 2025).
+#[test]
+fn a_lone_segment_is_silence_at_once_only_from_a_peer_that_acknowledges_promptly() {
+    let _l = TEST_LOCK.read();
+    let probe = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let c = std::net::TcpStream::connect(probe.local_addr().unwrap()).unwrap();
+    let (s, _) = probe.accept().unwrap();
+    drop(c);
+    if super::super::delack::cap(
+        std::os::fd::AsRawFd::as_raw_fd(&s),
+        Some(Duration::from_millis(5)),
+    ) != super::super::delack::Cap::Set
+    {
+        eprintln!("SKIPPED: this kernel caps no delayed ACK (no TCP_DELACK_MAX_US)");
+        return;
+    }
+    for delack in [Some(Duration::from_millis(5)), None] {
+        let r = in_private_netns(move || {
+            let retry = Duration::from_secs(5);
+            let (fa, fb) = (
+                rail_fabric_capped(NEAR, retry, delack),
+                rail_fabric_capped(FAR, retry, delack),
+            );
+            let (a, b) = (side(&fa, CAPS), side(&fb, CAPS));
+            connect(&a, &b);
+            write_ok(&a, &b); // its ACK says whether b's kernel acknowledges promptly
+            let healthy_done = Instant::now();
+            blackhole_far();
+            let src = Buf::new(64, 7);
+            let dst = Buf::new(64, 0);
+            let ms = a.reg(&src, Access::LOCAL_WRITE);
+            let md = b.reg(&dst, Access::REMOTE_WRITE);
+            a.qp.post_send(&[wr(
+                3,
+                SendOp::Write,
+                (&src, 0, 64, ms.keys().lkey),
+                dst.addr(),
+                md.keys().rkey,
+            )])
+            .unwrap();
+            // 40 ms of a dead link under one segment of 64 bytes.
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_millis(40) {
+                a.bell.wait(Duration::from_millis(2));
+            }
+            let silence = a.qp.link_silence().expect("sock reports link silence");
+            (silence, healthy_done.elapsed())
+        });
+        let Some((silence, since_ack)) = r else {
+            return;
+        };
+        if delack.is_some() {
+            assert!(
+                silence >= Duration::from_millis(30),
+                "prompt peer: {silence:?}"
+            );
+        } else if since_ack < Duration::from_millis(150) {
+            // Less than TCP's least retransmission timeout since the last acknowledgement.
+            assert_eq!(silence, Duration::ZERO, "peer without the cap");
+        } else {
+            eprintln!("(no check without the cap: this thread was held up {since_ack:?})");
+        }
+    }
 }

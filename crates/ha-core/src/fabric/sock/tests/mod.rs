@@ -48,6 +48,7 @@ pub(super) fn fabric(retry: Duration, seg: usize) -> SockFabric {
         inline_gate: None,
         spin: Duration::from_micros(100),
         lanes: 4,
+        delack_max: Some(std::time::Duration::from_millis(5)),
         limits: Default::default(),
     })
     .unwrap()

@@ -57,6 +57,20 @@ fn rejects_malformed() {
     let mut h = write_hdr();
     (h.flags, h.imm) = (flags::QUIET | flags::LAST | flags::FIRST, 0);
     assert_eq!(dec(&h.to_bytes()).map(|d| d.flags), Ok(h.flags));
+    // PROMPT only on what a responder sends back to say it lives: ACK and keep-alive.
+    for op in [Op::Ack, Op::KeepAlive] {
+        let mut h = Header::new(op);
+        h.flags = flags::PROMPT | if op == Op::Ack { flags::WR_DONE } else { 0 };
+        assert_eq!(dec(&h.to_bytes()).map(|d| d.flags), Ok(h.flags), "{op:?}");
+    }
+    for op in [Op::Write, Op::ReadReq, Op::ReadResp, Op::Nak] {
+        let mut b = Header::new(op).to_bytes();
+        b[1] |= flags::PROMPT;
+        assert!(
+            matches!(dec(&b), Err(WireError::BadFlags { .. })),
+            "{op:?} with PROMPT"
+        );
+    }
     let mut b = good;
     b[1] = flags::IMM; // IMM without LAST
     assert!(matches!(dec(&b), Err(WireError::BadFlags { .. })));
