@@ -89,7 +89,7 @@ while [ $# -gt 0 ]; do
     --error-within) ERROR_WITHIN=$val ;;
     --duration) DURATION=$val ;;
     --max-size) MAX_SIZE=$val ;;
-    --window) WINDOW=$val ;;
+    --window) [[ $val =~ ^[1-9][0-9]*$ ]] || die "--window is a number of requests, 1 or more"; WINDOW=$val ;;
     --timeout) TIMEOUT=$val ;;
     --seed) SEED=$val ;;
     --env) ENVS+=("$val") ;;

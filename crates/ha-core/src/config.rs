@@ -141,7 +141,7 @@ pub const SOCK_DELACK_MAX_US: Param = Param {
     name: "HA_NCCL_SOCK_DELACK_MAX_US",
     kind: Kind::U64,
     default: "5000",
-    doc: "`sock` fabric: longest the kernel may hold back its acknowledgement of what arrives on a responder's stream (`TCP_DELACK_MAX_US`, in Linux since 2025, e.g. 6.18; an older kernel keeps its 40–200 ms, said once at INFO). A responder whose kernel took a cap of at most 10 ms says so in its ACKs, and its peer then counts a lone small segment's silence from the link's round trip instead of TCP's 200 ms retransmission timeout: link cuts under small messages found after 35–47 ms instead of up to 322 ms (bench/results/2026-11-28-sock-delack-cap.md). 0 = the kernel's; at least two ticks of the kernel's clock (8 ms at 250 Hz), at most 200000.",
+    doc: "`sock` fabric: longest the kernel may hold back its acknowledgement of what arrives on a responder's stream (`TCP_DELACK_MAX_US`, in Linux since 2025, e.g. 6.18; an older kernel keeps its 40–200 ms, said once at INFO). A responder whose kernel took a cap of at most 10 ms says so in its ACKs, and its peer then counts a lone small segment's silence from the link's round trip instead of TCP's 200 ms retransmission timeout: link cuts under small messages found after 35–47 ms instead of up to 322 ms (bench/results/2026-11-28-sock-delack-cap.md). 0 = the kernel's. The kernel rounds it up to whole ticks of its clock and refuses less than about one tick (5000 becomes 8 ms at 250 Hz; 4000 and less are refused there); a cap it rounds above 10 ms works but earns no `PROMPT` (said once at INFO). At most 200000.",
     range: Some((0, 200_000)),
 };
 

@@ -9,8 +9,9 @@
 //! `QueueFull` failed the path — after a failover, the connection (busy-host small-message
 //! drills: 1 in 3 to 1 in 10 lost their connection, bench/results/2026-11-28-sock-delack-cap.md).
 //! Waiting is flow control: the sender's sends that need these clear-to-sends wait with them.
-//! A switch re-posts every open receive's clear-to-send on the new path, so it empties the
-//! backlog first.
+//! A switch empties the backlog and re-posts every open receive's clear-to-send directly on
+//! the new path (never through the backlog: the Switch message that follows must not overtake
+//! them).
 
 use ha_proto::data::layout::CTS_SLOT_WORDS;
 use std::collections::VecDeque;

@@ -28,8 +28,8 @@ const SPARE_SEND_WRS: usize = 16;
 /// those — plus control messages and probes. The queue pair refuses more.
 pub const MAX_SEND_WR: u32 =
     (FIFO_DEPTH * (MAX_RECVS + 1) + CTRL_IN_FLIGHT + PROBES_IN_FLIGHT + SPARE_SEND_WRS) as u32;
-/// Clear-to-sends a receive connection keeps posted on one path at most: the send queue less
-/// room for control messages and probes. Beyond it they wait (`cts_backlog.rs`).
+/// Work requests a receive connection may have posted on one path before a new clear-to-send
+/// waits (`cts_backlog.rs`): the send queue less room for control messages and probes.
 pub const CTS_ROOM: usize = MAX_SEND_WR as usize - CTRL_IN_FLIGHT - PROBES_IN_FLIGHT;
 /// Receives kept posted on every path (at most 32 data immediates and 8 control messages are
 /// in flight).

@@ -179,6 +179,8 @@ impl RecvComm {
             return;
         }
         if !self.post_cts_now(&d) {
+            // Refused although this side counted room: make sure something completes there.
+            self.cover_or_fail(path, "probe behind the clear-to-sends");
             self.wait(d);
         }
     }
@@ -199,21 +201,24 @@ impl RecvComm {
     /// clear-to-send last in it gets a probe behind it, whose completion covers it (else
     /// nothing would ever complete there).
     fn room(&mut self, path: usize) -> bool {
-        let addr = self.link.peer_addr;
-        let room = self.cts_room;
-        let p = self.link.path_mut(path);
-        if p.posted() < room {
+        if self.link.path(path).posted() < self.cts_room {
             return true;
         }
-        if let Err(e) = p.cover(addr) {
-            let ev = self.link.path_error(
-                path,
-                WcStatus::LocQpOpErr,
-                format!("probe behind the clear-to-sends: {e}"),
-            );
-            self.on_event(ev);
-        }
+        self.cover_or_fail(path, "probe behind the clear-to-sends");
         false
+    }
+
+    /// `Path::cover` on `path`; a failed post fails the path (`what` names it). False then.
+    fn cover_or_fail(&mut self, path: usize, what: &str) -> bool {
+        let addr = self.link.peer_addr;
+        if let Err(e) = self.link.path_mut(path).cover(addr) {
+            let ev = self
+                .link
+                .path_error(path, WcStatus::LocQpOpErr, format!("{what}: {e}"));
+            self.on_event(ev);
+            return false;
+        }
+        true
     }
 
     /// Post the waiting clear-to-sends that have room now, oldest first. Only in the normal
@@ -224,6 +229,14 @@ impl RecvComm {
                 return;
             }
             if d.path != self.link.active {
+                // Not reached: the active path changes only in a switch, which re-posts every
+                // open receive's clear-to-send and empties the backlog first.
+                tracing::warn!(
+                    "NET/HA : {}: a clear-to-send waiting for path {} dropped: the active path is {} (its switch re-posted what is open)",
+                    self.link.name,
+                    d.path,
+                    self.link.active
+                );
                 self.backlog.pop_front();
                 continue;
             }
@@ -386,14 +399,7 @@ impl RecvComm {
         // An unsignaled clear-to-send last on the path left (it stays the last: none is posted
         // while a plan is on) gets a probe behind it that tells when it completed, in flight
         // while the sender's last messages arrive; `cover` posts nothing otherwise.
-        let addr = self.link.peer_addr;
-        if let Err(e) = self.link.path_mut(p.from).cover(addr) {
-            let ev = self.link.path_error(
-                p.from,
-                WcStatus::LocQpOpErr,
-                format!("probe behind a clear-to-send: {e}"),
-            );
-            self.on_event(ev);
+        if !self.cover_or_fail(p.from, "probe behind a clear-to-send") {
             return;
         }
         if self.machine.delivered() < p.upto || self.link.path(p.from).data_in_flight() {
@@ -418,7 +424,8 @@ impl RecvComm {
     /// Re-post every open receive's clear-to-send on path `to` with its keys (in the machine's
     /// current epoch); how many, or `None` when a post failed (and changed the link's phase).
     fn repost_open(&mut self, to: usize) -> Option<usize> {
-        // Every open receive's clear-to-send goes out again below: the waiting ones too.
+        // Every open receive's clear-to-send goes out again below (the waiting ones too),
+        // directly on the new path.
         self.backlog.clear();
         let dev = self.link.path(to).device().clone();
         let phase = std::mem::discriminant(&self.link.phase);
@@ -438,7 +445,24 @@ impl RecvComm {
                 }
             }
             let (cts, word) = self.machine.repost(*seq, &rekeyed);
-            self.post_cts(to, *seq, *slot, word, &cts);
+            // Straight onto the new path, never into the backlog: the Switch message that
+            // follows must not overtake them (the sender reads them when it applies it). At
+            // most FIFO_DEPTH of them, on a path just drained: the queue has room.
+            let d = Deferred {
+                path: to,
+                seq: *seq,
+                slot: *slot,
+                fifo_word: word,
+                cts,
+            };
+            if !self.post_cts_now(&d) {
+                let ev = self.link.path_error(
+                    to,
+                    WcStatus::LocQpOpErr,
+                    "re-posting a clear-to-send: the send queue is full".into(),
+                );
+                self.on_event(ev);
+            }
             if std::mem::discriminant(&self.link.phase) != phase {
                 return None;
             }

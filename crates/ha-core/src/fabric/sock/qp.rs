@@ -327,7 +327,12 @@ impl QueuePair for SockQp {
                 return Ok(());
             }
             if sq.wrs.len() + wrs.len() > s.caps.max_send_wr as usize {
-                tracing::warn!("sock: qp {}: send queue full: {}", s.qpn, sq.summary());
+                // What it holds, for the first few per process (a caller that waits and
+                // retries would repeat it at every poll).
+                static SAID: AtomicU32 = AtomicU32::new(0);
+                if SAID.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 8 {
+                    tracing::info!("sock: qp {}: send queue full: {}", s.qpn, sq.summary());
+                }
                 return Err(FabricError::QueueFull("sock: send queue"));
             }
             // The sender thread has nothing of its own to emit: these WRs come first.

@@ -465,11 +465,14 @@ impl Responder<'_> {
             }
             if !said && since.elapsed() > Duration::from_millis(200) {
                 said = true;
-                tracing::info!(
-                    "sock: qp {}: a WRITE_WITH_IMM (immediate {imm:#x}, {total} bytes) has waited {:?} for a receive; the stream is not read meanwhile",
-                    qp.qpn,
-                    since.elapsed()
-                );
+                let waited = since.elapsed();
+                parking_lot::MutexGuard::unlocked(&mut rq, || {
+                    tracing::info!(
+                        "sock: qp {}: a WRITE_WITH_IMM (immediate {imm:#x}, {total} bytes) has waited {waited:?} for a receive; the stream is not read meanwhile",
+                        qp.qpn
+                    )
+                });
+                continue;
             }
             if let Some(id) = rq.pop_front() {
                 crate::fabric::stages::mark("sock_place", total);

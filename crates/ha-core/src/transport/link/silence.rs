@@ -22,8 +22,8 @@
 //! its delayed ACK and says so (`PROMPT`, `fabric/sock/delack.rs`): then the round trip alone.
 //!
 //! Silence alone is not proof: a `sock` peer process that is stopped or descheduled leaves small
-//! segments unacknowledged for up to the kernel's delayed-ACK time (40–200 ms). So silence only
-//! raises a suspicion, and the standby decides:
+//! segments unacknowledged for up to the kernel's delayed-ACK time (40–200 ms, or the cap of a
+//! peer that says `PROMPT`). So silence only raises a suspicion, and the standby decides:
 //!
 //! 1. the active path's link has been silent for the window (work out on it all that time,
 //!    an unsignaled clear-to-send included: a receiver waiting for data has nothing else);

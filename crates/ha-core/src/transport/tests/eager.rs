@@ -147,17 +147,27 @@ fn a_receive_of_two_buffers_is_refused_by_name_while_eager_sends_are_on() {
 #[test]
 fn clear_to_sends_without_room_wait_and_every_message_arrives_once() {
     let _l = TEST_LOCK.read();
-    let mut p = Pair::new(cfg());
-    p.recv.cts_room = 4;
-    let mut flow = Flow::new(&p, 16, 512);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while p.recv.cts_waited() == 0 {
-        assert!(Instant::now() < deadline, "no clear-to-send waited in 20 s");
-        flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+    // Eager sends on (receives complete before their clear-to-send is read) and off (every
+    // send waits for its clear-to-send, which the switch re-posts before its Switch message).
+    for eager_bytes in [cfg().eager_bytes, 0] {
+        let mut p = Pair::new(HaCfg {
+            eager_bytes,
+            ..cfg()
+        });
+        p.recv.cts_room = 4;
+        let mut flow = Flow::new(&p, 16, 512);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while p.recv.cts_waited() == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "eager {eager_bytes}: no clear-to-send waited in 20 s"
+            );
+            flow.run(&mut p, 100, Duration::from_secs(30)).unwrap();
+        }
+        flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
+        let active = p.recv.link.active;
+        fail_path(&mut p, &mut flow, false, active);
+        flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
+        assert_eq!(p.recv.duplicates(), 0);
     }
-    flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
-    let active = p.recv.link.active;
-    fail_path(&mut p, &mut flow, false, active);
-    flow.run(&mut p, 300, Duration::from_secs(30)).unwrap();
-    assert_eq!(p.recv.duplicates(), 0);
 }
