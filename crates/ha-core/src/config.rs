@@ -140,8 +140,8 @@ pub const SOCK_LANES: Param = Param {
 pub const SOCK_DELACK_MAX_US: Param = Param {
     name: "HA_NCCL_SOCK_DELACK_MAX_US",
     kind: Kind::U64,
-    default: "5000",
-    doc: "`sock` fabric: longest the kernel may hold back its acknowledgement of what arrives on a responder's stream (`TCP_DELACK_MAX_US`, in Linux since 2025, e.g. 6.18; an older kernel keeps its 40–200 ms, said once at INFO). A responder whose kernel took a cap of at most 10 ms says so in its ACKs, and its peer then counts a lone small segment's silence from the link's round trip instead of TCP's 200 ms retransmission timeout: link cuts under small messages found after 35–47 ms instead of up to 322 ms (bench/results/2026-11-28-sock-delack-cap.md). 0 = the kernel's. The kernel rounds it up to whole ticks of its clock and refuses less than about one tick (5000 becomes 8 ms at 250 Hz; 4000 and less are refused there); a cap it rounds above 10 ms works but earns no `PROMPT` (said once at INFO). At most 200000.",
+    default: "0",
+    doc: "`sock` fabric (off by default: with 5000 CI's home drill once moved traffic off a freshly re-armed, healthy path after 32 ms of silence, bench/results/2026-11-28-sock-delack-cap.md): longest the kernel may hold back its acknowledgement of what arrives on a responder's stream (`TCP_DELACK_MAX_US`, in Linux since 2025, e.g. 6.18; an older kernel keeps its 40–200 ms, said once at INFO). A responder whose kernel took a cap of at most 10 ms says so in its ACKs, and its peer then counts a lone small segment's silence from the link's round trip instead of TCP's 200 ms retransmission timeout: link cuts under small messages found after 35–47 ms instead of up to 322 ms (bench/results/2026-11-28-sock-delack-cap.md). 0 = the kernel's. The kernel rounds it up to whole ticks of its clock and refuses less than about one tick (5000 becomes 8 ms at 250 Hz; 4000 and less are refused there); a cap it rounds above 10 ms works but earns no `PROMPT` (said once at INFO). At most 200000.",
     range: Some((0, 200_000)),
 };
 
@@ -876,7 +876,7 @@ mod tests {
         assert_eq!(c.sock_eager, 4 << 10);
         assert_eq!(c.sock_spin, Duration::from_micros(100));
         assert_eq!(c.sock_lanes, 4);
-        assert_eq!(c.sock_delack_max, Some(Duration::from_millis(5)));
+        assert_eq!(c.sock_delack_max, None, "off by default");
         assert_eq!((c.sock_max_qp, c.sock_max_cqe), (None, None));
         assert_eq!(c.test_max_poll, 16);
         assert_eq!(c.progress_spin, Duration::from_micros(50));

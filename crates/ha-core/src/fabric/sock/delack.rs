@@ -1,4 +1,5 @@
-//! The delayed-ACK cap of a responder's streams (`HA_NCCL_SOCK_DELACK_MAX_US`:
+//! The delayed-ACK cap of a responder's streams (`HA_NCCL_SOCK_DELACK_MAX_US`, off by
+//! default: one false failover in CI's home drill, see the results file below;
 //! `TCP_DELACK_MAX_US`, added to Linux in 2025; the 6.18 kernel here has it), and what the
 //! requester makes of it.
 //!
