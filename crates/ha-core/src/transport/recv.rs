@@ -208,14 +208,17 @@ impl RecvComm {
         false
     }
 
+    /// A post on `path` failed (`why`): the path failed.
+    fn fail_path(&mut self, path: usize, why: String) {
+        let ev = self.link.path_error(path, WcStatus::LocQpOpErr, why);
+        self.on_event(ev);
+    }
+
     /// `Path::cover` on `path`; a failed post fails the path (`what` names it). False then.
     fn cover_or_fail(&mut self, path: usize, what: &str) -> bool {
         let addr = self.link.peer_addr;
         if let Err(e) = self.link.path_mut(path).cover(addr) {
-            let ev = self
-                .link
-                .path_error(path, WcStatus::LocQpOpErr, format!("{what}: {e}"));
-            self.on_event(ev);
+            self.fail_path(path, format!("{what}: {e}"));
             return false;
         }
         true
@@ -291,12 +294,7 @@ impl RecvComm {
             Ok(()) => true,
             Err(FabricError::QueueFull(_)) => false,
             Err(e) => {
-                let ev = self.link.path_error(
-                    path,
-                    WcStatus::LocQpOpErr,
-                    format!("posting a clear-to-send: {e}"),
-                );
-                self.on_event(ev);
+                self.fail_path(path, format!("posting a clear-to-send: {e}"));
                 true
             }
         }
@@ -456,12 +454,10 @@ impl RecvComm {
                 cts,
             };
             if !self.post_cts_now(&d) {
-                let ev = self.link.path_error(
+                self.fail_path(
                     to,
-                    WcStatus::LocQpOpErr,
                     "re-posting a clear-to-send: the send queue is full".into(),
                 );
-                self.on_event(ev);
             }
             if std::mem::discriminant(&self.link.phase) != phase {
                 return None;
@@ -481,10 +477,7 @@ impl RecvComm {
             endpoint: Vec::new(),
         };
         if let Err(e) = self.link.send_ctrl(to, &msg) {
-            let ev = self
-                .link
-                .path_error(to, WcStatus::LocQpOpErr, format!("switch message: {e}"));
-            self.on_event(ev);
+            self.fail_path(to, format!("switch message: {e}"));
             return false;
         }
         true
