@@ -12,9 +12,11 @@ use crate::transport::budget::Budget;
 use crate::transport::connect::PendingConnect;
 use crate::transport::ha::HaCfg;
 use crate::transport::listen::ListenComm;
+use crate::transport::mr::MrHandle;
 use crate::transport::recv::RecvArg;
 use ha_proto::data::layout::MAX_RECVS;
 use ha_proto::handle::{self, ConnectHandle, HANDLE_SIZE};
+use std::sync::Arc;
 
 /// The most buffers one `irecv` takes (what an ABI adapter accepts before the connection
 /// decides; [`max_recvs`] is what a device advertises).
@@ -416,22 +418,25 @@ pub fn irecv_hinted(comm: u64, bufs: &[RecvBuf], optional_completion: bool) -> A
     let c = p.recvs.get(comm, "recvComm")?;
     // Clone the handles out (no lock held): the buffers of one multi-receive often share
     // one registration.
-    let mut mrs = Vec::with_capacity(bufs.len());
-    for b in bufs {
+    let handle = |b: &RecvBuf| -> ApiResult<Arc<MrHandle>> {
         check_size(b.size, "receive")?;
-        mrs.push(p.mrs.get(b.mr, "mhandle")?.lock().handle.clone());
-    }
-    let args: Vec<RecvArg> = bufs
-        .iter()
-        .zip(&mrs)
-        .map(|(b, m)| RecvArg {
-            addr: b.addr,
-            size: b.size as usize,
-            tag: b.tag,
-            mr: m,
-        })
-        .collect();
-    let got = c.lock().irecv(&args)?;
+        Ok(p.mrs.get(b.mr, "mhandle")?.lock().handle.clone())
+    };
+    let arg = |b: &RecvBuf, mr| RecvArg {
+        addr: b.addr,
+        size: b.size as usize,
+        tag: b.tag,
+        mr,
+    };
+    let got = if let [b] = bufs {
+        // One buffer, what NCCL posts almost always: nothing allocated.
+        let mr = handle(b)?;
+        c.lock().irecv(&[arg(b, &mr)])?
+    } else {
+        let mrs = bufs.iter().map(handle).collect::<ApiResult<Vec<_>>>()?;
+        let args: Vec<RecvArg> = bufs.iter().zip(&mrs).map(|(b, m)| arg(b, m)).collect();
+        c.lock().irecv(&args)?
+    };
     Ok(got.map_or(0, |id| request_token(Kind::RecvReq, comm, id)))
 }
 

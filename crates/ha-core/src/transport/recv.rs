@@ -12,7 +12,7 @@ use super::link::{Drain, Event, Link, Phase};
 use super::mr::MrHandle;
 use crate::fabric::{FabricError, SendOp, SendWr, Sge, WcStatus};
 use ha_proto::data::layout::{
-    cts_written, CtrlKind, CtrlMsg, CtsEntry, CTS_SLOT_WORDS, FIFO_DEPTH,
+    cts_written, CtrlKind, CtrlMsg, CtsEntry, CTS_SLOT_WORDS, FIFO_DEPTH, MAX_RECVS,
 };
 use ha_proto::data::recv::{EagerCopy, RecvSide};
 use ha_proto::data::ReqId;
@@ -41,6 +41,8 @@ pub struct RecvComm {
     backlog: CtsBacklog,
     /// Clear-to-sends one path keeps posted at most ([`super::path::CTS_ROOM`]; tests lower it).
     pub(crate) cts_room: usize,
+    /// [`RecvComm::pump`]'s events, kept between pumps (empty between them).
+    events: Vec<Event>,
 }
 
 impl RecvComm {
@@ -56,6 +58,7 @@ impl RecvComm {
             flushes: Flushes::new(),
             backlog: CtsBacklog::default(),
             cts_room: super::path::CTS_ROOM,
+            events: Vec::new(),
         }
     }
 
@@ -104,27 +107,35 @@ impl RecvComm {
                 bufs.len()
             )));
         }
+        if bufs.is_empty() || bufs.len() > MAX_RECVS {
+            return Err(Error::Usage(format!(
+                "irecv of {} buffers (1..={MAX_RECVS} supported)",
+                bufs.len()
+            )));
+        }
         let a = self.link.active;
         let dev = self.link.path(a).device().clone();
-        let mut entries = Vec::with_capacity(bufs.len());
-        for b in bufs {
+        let mut entries = [CtsEntry::default(); MAX_RECVS];
+        for (e, b) in entries.iter_mut().zip(bufs) {
             if b.size > 0 && !b.mr.contains(b.addr, b.size) {
                 return Err(Error::Usage(format!(
                     "receive buffer {:#x}+{} lies outside its registration {:#x}+{}",
                     b.addr, b.size, b.mr.addr, b.mr.len
                 )));
             }
-            entries.push(CtsEntry {
+            *e = CtsEntry {
                 addr: b.addr as u64,
                 size: b.size as u64,
                 rkey: b.mr.keys_for(&dev)?.rkey,
                 tag: b.tag,
-            });
+            };
         }
-        let Some((id, p)) = self.machine.post(&entries)? else {
+        let Some((id, p)) = self.machine.post(&entries[..bufs.len()])? else {
             return Ok(None);
         };
-        self.slot_mrs[p.slot] = bufs.iter().map(|b| b.mr.clone()).collect();
+        let mrs = &mut self.slot_mrs[p.slot];
+        mrs.clear();
+        mrs.extend(bufs.iter().map(|b| b.mr.clone()));
         if let Some(c) = p.copy {
             self.copy_eager(c);
         }
@@ -311,9 +322,12 @@ impl RecvComm {
     }
 
     pub(super) fn pump(&mut self) {
-        for ev in self.link.pump() {
+        let mut events = std::mem::take(&mut self.events);
+        self.link.pump_into(&mut events);
+        for ev in events.drain(..) {
             self.on_event(ev);
         }
+        self.events = events;
         self.advance_failover();
         self.advance_planned();
         self.flush_backlog();

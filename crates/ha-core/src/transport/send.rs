@@ -21,6 +21,10 @@ pub struct SendComm {
     slot_mrs: Vec<(u64, Vec<Arc<MrHandle>>)>,
     /// The largest message every device of the connection takes, and the device that limits.
     max_msg: (u64, String),
+    /// [`SendComm::pump`]'s events, kept between pumps (empty between them).
+    events: Vec<Event>,
+    /// [`SendComm::post`]'s work requests, kept between posts.
+    wrs: Vec<SendWr>,
 }
 
 impl SendComm {
@@ -44,6 +48,8 @@ impl SendComm {
             machine,
             slot_mrs: vec![(0, Vec::new()); FIFO_DEPTH],
             max_msg,
+            events: Vec::new(),
+            wrs: Vec::new(),
         }
     }
 
@@ -97,7 +103,9 @@ impl SendComm {
                 let _ = self.link.keepalive(false);
                 let slot = &mut self.slot_mrs[(seq % FIFO_DEPTH as u64) as usize];
                 if slot.0 != seq {
-                    *slot = (seq, Vec::new());
+                    // Reused, not replaced: a send allocates nothing here.
+                    slot.0 = seq;
+                    slot.1.clear();
                 }
                 slot.1.push(mr.clone());
                 if let Some(b) = batch {
@@ -116,7 +124,9 @@ impl SendComm {
     /// may travel inside the work request (verbs `IBV_SEND_INLINE`: the NIC does not fetch it
     /// with a DMA read). GPU memory never does.
     fn post(&mut self, p: usize, b: &SendBatch, host: bool) {
-        let wrs: Vec<SendWr> = if let Some(header) = b.eager {
+        let mut wrs = std::mem::take(&mut self.wrs);
+        wrs.clear();
+        if let Some(header) = b.eager {
             // The payload into the receiver's eager slot, then its header with the immediate;
             // both in the receiver's region (its key, not a clear-to-send's).
             let slot = b.slot();
@@ -124,15 +134,11 @@ impl SendComm {
                 self.link.stage.words.store(slot * RECORD_WORDS + i, *w);
             }
             let rkey = self.link.path(p).peer_rkey;
-            let mut wrs: Vec<SendWr> = b
-                .writes
-                .iter()
-                .map(|w| SendWr {
-                    rkey,
-                    inline: host,
-                    ..payload_wr(w)
-                })
-                .collect();
+            wrs.extend(b.writes.iter().map(|w| SendWr {
+                rkey,
+                inline: host,
+                ..payload_wr(w)
+            }));
             wrs.push(SendWr {
                 wr_id: b.record_wr_id,
                 op: SendOp::WriteWithImm(b.imm()),
@@ -146,22 +152,21 @@ impl SendComm {
                 signaled: true,
                 inline: true,
             });
-            wrs
         } else if b.fast {
             // One operation: the payload write carries the record in its immediate.
-            vec![SendWr {
+            wrs.push(SendWr {
                 wr_id: b.record_wr_id,
                 op: SendOp::WriteWithImm(b.imm()),
                 signaled: true,
                 inline: host,
                 ..payload_wr(&b.writes[0])
-            }]
+            });
         } else {
             let slot = b.slot();
             for (i, w) in b.record.iter().enumerate() {
                 self.link.stage.words.store(slot * RECORD_WORDS + i, *w);
             }
-            let mut wrs: Vec<SendWr> = b.writes.iter().map(payload_wr).collect();
+            wrs.extend(b.writes.iter().map(payload_wr));
             wrs.push(SendWr {
                 wr_id: b.record_wr_id,
                 op: SendOp::WriteWithImm(b.imm()),
@@ -175,9 +180,10 @@ impl SendComm {
                 signaled: true,
                 inline: true,
             });
-            wrs
-        };
-        if let Err(e) = self.link.path_mut(p).post(&wrs) {
+        }
+        let posted = self.link.path_mut(p).post(&wrs);
+        self.wrs = wrs;
+        if let Err(e) = posted {
             let ev = self.link.path_error(
                 p,
                 crate::fabric::WcStatus::LocQpOpErr,
@@ -202,9 +208,12 @@ impl SendComm {
 
     /// Drain completions, run the periodic duties, advance a failover.
     pub(super) fn pump(&mut self) {
-        for ev in self.link.pump() {
+        let mut events = std::mem::take(&mut self.events);
+        self.link.pump_into(&mut events);
+        for ev in events.drain(..) {
             self.on_event(ev);
         }
+        self.events = events;
         self.machine.confirm_eager(&self.link.region.words);
         self.advance_failover();
         let upto = self.machine.posted_upto();

@@ -287,21 +287,19 @@ impl SendSide {
             return Ok(Some((id, None)));
         }
         let m = self.cur.take().expect("matching slot");
-        let batch = Self::build(&m);
         let g = &mut self.groups[(m.seq % FIFO_DEPTH as u64) as usize];
         g.seq = m.seq;
         g.state = GroupState::Posted;
         g.live = m.entries.len() - m.finished_early;
-        g.matched = m.matched.iter().map(|a| a.expect("all matched")).collect();
+        // The group's vector is reused (cleared, not replaced): no allocation per send.
+        g.matched.clear();
+        g.matched
+            .extend(m.matched.iter().map(|a| a.expect("all matched")));
+        let batch = Self::batch(m.seq, &m.entries, &g.matched);
         g.eager = false;
         g.awaiting_cts = false;
         self.next_seq += 1;
         Ok(Some((id, Some(batch))))
-    }
-
-    fn build(m: &Matching) -> SendBatch {
-        let matched: Vec<SendArgs> = m.matched.iter().map(|a| a.expect("all matched")).collect();
-        Self::batch(m.seq, &m.entries, &matched)
     }
 
     fn batch(seq: u64, entries: &[CtsEntry], matched: &[SendArgs]) -> SendBatch {

@@ -79,6 +79,9 @@ impl InboundTarget for QpShared {
 /// The queue pair handle (`create_qp`).
 pub struct SockQp {
     shared: Arc<QpShared>,
+    /// The posting thread's frames, pins and iovecs, kept between posts so that a small
+    /// message written inline allocates nothing. Used only while holding `shared.tx`.
+    inline_scratch: parking_lot::Mutex<requester::Scratch>,
     _core: Arc<PdCore>,
     /// The rail's queue-pair slot this queue pair uses (given back after it is destroyed).
     _slot: Option<QpSlot>,
@@ -139,6 +142,7 @@ impl SockQp {
         core.shared.register_qp(shared.qpn, target);
         SockQp {
             shared,
+            inline_scratch: Default::default(),
             _core: core,
             _slot: None,
         }
@@ -167,13 +171,14 @@ pub fn inline_stats() -> (u64, u64) {
 }
 
 impl SockQp {
-    /// The stream's write right and the frames of the newly posted WRs, if the stream is
-    /// connected and nobody writes it now (never waits: the sender thread takes `tx` before
-    /// `sq`).
+    /// The stream's write right, if the stream is connected and nobody writes it now (never
+    /// waits: the sender thread takes `tx` before `sq`), with the frames of the newly posted
+    /// WRs taken into the inline scratch batch (kept from post to post: nothing is allocated
+    /// once it has grown).
     fn try_take_inline<'a>(
         &'a self,
         sq: &mut SendQueue,
-    ) -> Option<(parking_lot::MutexGuard<'a, TxState>, requester::Batch)> {
+    ) -> Option<parking_lot::MutexGuard<'a, TxState>> {
         let s = &self.shared;
         if s.out_fd.load(SeqCst) < 0 {
             return None;
@@ -182,27 +187,40 @@ impl SockQp {
         if !tx.tail.is_empty() {
             return None;
         }
-        let mut batch = requester::Batch::default();
+        let mut sc = self.inline_scratch.lock();
+        sc.batch.clear();
         // Never striped: a posting thread does not wait for lanes to open.
-        requester::take_frames(sq, s.pd.tun.segment_bytes as u64, 1, &mut batch);
-        Some((tx, batch))
+        requester::take_frames(sq, s.pd.tun.segment_bytes as u64, 1, &mut sc.batch);
+        Some(tx)
     }
 
-    /// Write a batch taken by [`SockQp::try_take_inline`] without blocking: what the socket
+    /// Write the batch taken by [`SockQp::try_take_inline`] without blocking: what the socket
     /// does not take now is copied for the sender thread, which is woken to write it.
-    fn write_inline(&self, mut tx: parking_lot::MutexGuard<'_, TxState>, batch: &requester::Batch) {
+    fn write_inline(&self, mut tx: parking_lot::MutexGuard<'_, TxState>) {
         let s = &self.shared;
-        if batch.is_empty() {
-            return;
-        }
-        let fd = s.out_fd.load(SeqCst);
-        INLINE_BATCHES.fetch_add(1, Relaxed);
-        let mut pins = Vec::new();
-        let mut iovs = Vec::with_capacity(2 * requester::MAX_BATCH);
-        let mut tail = std::mem::take(&mut tx.tail);
-        let r = requester::write_batch(s, fd, batch, &mut pins, &mut iovs, Some(&mut tail));
-        let left = !tail.is_empty();
-        tx.tail = tail;
+        let r = {
+            // Released before `tx` and before anything below takes `sq`: a posting thread
+            // holding `sq` may be waiting for it right after taking `tx`.
+            let mut g = self.inline_scratch.lock();
+            if g.batch.is_empty() {
+                return;
+            }
+            let fd = s.out_fd.load(SeqCst);
+            INLINE_BATCHES.fetch_add(1, Relaxed);
+            let sc = &mut *g;
+            let r = requester::write_batch(
+                s,
+                fd,
+                &sc.batch,
+                &mut sc.pins,
+                &mut sc.iovs.0,
+                Some(&mut tx.tail),
+            );
+            // The frames' registrations are released now, not at the next post.
+            sc.batch.clear();
+            r
+        };
+        let left = !tx.tail.is_empty();
         drop(tx);
         match r {
             Ok(()) => {
@@ -362,8 +380,8 @@ impl QueuePair for SockQp {
             }
         };
         s.kick_ack_reader();
-        if let Some((tx, batch)) = inline {
-            self.write_inline(tx, &batch);
+        if let Some(tx) = inline {
+            self.write_inline(tx);
         }
         if let Some(c) = cause {
             s.fail(Some(c));

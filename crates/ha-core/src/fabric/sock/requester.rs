@@ -64,6 +64,23 @@ pub(super) struct Batch {
     lane_jobs: Vec<(usize, LaneJob)>,
 }
 
+/// A batch and the buffers writing it needs, reused from one write to the next.
+#[derive(Default)]
+pub(super) struct Scratch {
+    pub(super) batch: Batch,
+    pub(super) pins: Vec<MrPin>,
+    pub(super) iovs: Iovecs,
+}
+
+/// The iovecs of one write, kept (as capacity) for the next.
+#[derive(Default)]
+pub(super) struct Iovecs(pub(super) Vec<libc::iovec>);
+
+// SAFETY: the pointers in these iovecs are dereferenced only by the `sendmsg` of the
+// `write_batch` call that filled them (it clears the vector first), on the thread that holds
+// the scratch's lock; between writes they are stale and never read.
+unsafe impl Send for Iovecs {}
+
 impl Batch {
     fn with_capacity(n: usize) -> Batch {
         Batch {
@@ -73,7 +90,7 @@ impl Batch {
         }
     }
 
-    fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.frames.clear();
         self.mrs.clear();
         self.lane_jobs.clear();

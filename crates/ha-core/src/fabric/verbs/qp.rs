@@ -33,6 +33,8 @@ const MIN_RNR_TIMER: u8 = 12;
 /// Infinite RNR retries: a receive is always posted before the peer's WRITE_WITH_IMM
 /// can arrive, so an RNR is a transient race, never a failure.
 const RNR_RETRY: u8 = 7;
+/// Work requests of one post built on the stack (more go to the heap).
+const POST_ON_STACK: usize = 4;
 
 fn state_code(s: QpState) -> u8 {
     match s {
@@ -429,12 +431,22 @@ impl QueuePair for VerbsQp {
             };
             crate::fabric::stages::mark("verbs_post", op << 32 | w.local.len as u64);
         }
-        let mut sges = Vec::with_capacity(wrs.len());
-        for w in wrs {
-            sges.push(Self::sge(w.local.addr, w.local.len, w.local.lkey)?);
+        // A post of a few WRs (the transport's are 1 to 3) builds its chain on the stack.
+        let n = wrs.len();
+        let mut sge_stack = [sys::ibv_sge::default(); POST_ON_STACK];
+        let mut wr_stack: [sys::ibv_send_wr; POST_ON_STACK] = Default::default();
+        let (mut sge_heap, mut wr_heap) = (Vec::new(), Vec::new());
+        let (sges, chain): (&mut [sys::ibv_sge], &mut [sys::ibv_send_wr]) = if n <= POST_ON_STACK {
+            (&mut sge_stack[..n], &mut wr_stack[..n])
+        } else {
+            sge_heap.resize(n, sys::ibv_sge::default());
+            wr_heap.resize_with(n, Default::default);
+            (&mut sge_heap[..], &mut wr_heap[..])
+        };
+        for (sge, w) in sges.iter_mut().zip(wrs) {
+            *sge = Self::sge(w.local.addr, w.local.len, w.local.lkey)?;
         }
-        let mut chain: Vec<sys::ibv_send_wr> = Vec::with_capacity(wrs.len());
-        for (w, sge) in wrs.iter().zip(sges.iter_mut()) {
+        for ((w, sge), slot) in wrs.iter().zip(sges.iter_mut()).zip(chain.iter_mut()) {
             let mut s = sys::ibv_send_wr {
                 wr_id: w.wr_id,
                 next: std::ptr::null_mut(),
@@ -466,16 +478,17 @@ impl QueuePair for VerbsQp {
             };
             s.wr.rdma.remote_addr = w.remote_addr;
             s.wr.rdma.rkey = w.rkey;
-            chain.push(s);
+            *slot = s;
         }
-        // Link after the vector stops growing, so the pointers stay valid.
+        // Link once every entry is in place (the storage does not move from here on).
         let base = chain.as_mut_ptr();
         for i in 1..chain.len() {
             // SAFETY: `i` and `i - 1` are in bounds of `chain`.
             unsafe { (*base.add(i - 1)).next = base.add(i) };
         }
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: live QP; `chain` and `sges` outlive the call; the chain ends in null.
+        // SAFETY: live QP; `chain` and `sges` (on the stack or in the heap vectors, which do
+        // not move) outlive the call; the chain ends in null.
         let rc = unsafe { ffi::post_send(self.qp, base, &mut bad) };
         // The post's own cost (on rxe it includes the kernel's send processing).
         crate::fabric::stages::mark("verbs_posted", rc as u64);

@@ -156,6 +156,8 @@ pub struct Link {
     next_duties: Instant,
     /// The last poll stopped at `max_poll`: completions may be waiting in the inboxes.
     backlog: bool,
+    /// [`Link::pump_into`]'s completions, kept between pumps (empty between them).
+    polled: Vec<(Option<usize>, Completion)>,
     /// A soft timeout with nowhere to move was logged (until it clears).
     stall_noted: bool,
     /// A failover waiting on the peer past its deadline was logged.
@@ -252,6 +254,7 @@ impl Link {
             rearm_attempts: 0,
             clock,
             backlog: false,
+            polled: Vec::new(),
             stall_noted: false,
             slow_noted: false,
             name,
@@ -329,19 +332,30 @@ impl Link {
     /// Drain up to `max_poll` completions and run the periodic duties: what the side must act
     /// on, in order.
     pub fn pump(&mut self) -> Vec<Event> {
-        let polled = self.poll(self.cfg.max_poll);
+        let mut events = Vec::new();
+        self.pump_into(&mut events);
+        events
+    }
+
+    /// [`Link::pump`] into `events` (appended; `Event::Nothing` left out). This runs per
+    /// `test()`, mostly to find nothing: the completions go through a buffer the link keeps,
+    /// so a pump allocates nothing once the buffers have grown.
+    pub fn pump_into(&mut self, events: &mut Vec<Event>) {
+        let mut polled = std::mem::take(&mut self.polled);
+        self.poll_into(self.cfg.max_poll, &mut polled);
         self.backlog = polled.len() >= self.cfg.max_poll;
-        let mut events: Vec<Event> = polled
-            .into_iter()
-            .map(|(i, c)| self.classify(i, c))
-            .collect();
-        // Nothing to say is the common case: no allocation for it (this runs per `test()`).
+        for (i, c) in polled.drain(..) {
+            let ev = self.classify(i, c);
+            if !matches!(ev, Event::Nothing) {
+                events.push(ev);
+            }
+        }
+        self.polled = polled;
         let ev = self.tick();
         if !matches!(ev, Event::Nothing) {
             events.push(ev);
         }
         self.publish();
-        events
     }
 
     /// Pop up to `max` completions from every path's inbox, each with the path it belongs to
@@ -351,6 +365,13 @@ impl Link {
     /// `test()`, mostly to find nothing), then emptied again if that moved anything.
     pub fn poll(&mut self, max: usize) -> Vec<(Option<usize>, Completion)> {
         let mut out = Vec::new();
+        self.poll_into(max, &mut out);
+        out
+    }
+
+    /// [`Link::poll`] into `out` (emptied first).
+    pub fn poll_into(&mut self, max: usize, out: &mut Vec<(Option<usize>, Completion)>) {
+        out.clear();
         for pass in 0..2 {
             for (i, route) in self.routes() {
                 while out.len() < max {
@@ -364,7 +385,6 @@ impl Link {
                 break;
             }
         }
-        out
     }
 
     /// Every path's route, then the re-arm in progress's (`None`), borrowed: this runs per
