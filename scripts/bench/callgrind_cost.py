@@ -7,9 +7,12 @@ Each FILE is a callgrind.out of one `ha-harness bench` ping-pong (scripts/bench/
 makes them). Per NAME it prints the calls and the instructions per call (inclusive) of
 isend, irecv and test, the instructions the plugin's own library executed per round trip
 (every thread: NCCL's calls, the progress thread, the sock fabric's threads), and the round
-trips (irecv calls / 2). Instructions are counted, not timed: the same build gives the same
-figures on any x86-64 machine, up to the timer duties, which run by the clock (valgrind runs
-the code ~50x slower, so they run far more often per call than natively)."""
+trips (irecv calls / 2, which counts the bench's bandwidth phase too: 100 messages with
+call-cost.sh's settings). Instructions are counted, not timed: isend and irecv per call repeat
+within about 1 % from run to run and machine to machine; test() and the per-round-trip total
+vary more (about 7 %), as the number of empty polls and the timer duties follow the clock
+(valgrind runs the code ~50x slower, so the duties run far more often per call than natively).
+Needs a library with symbols: one where an entry point is not found is an error."""
 import re
 import sys
 from collections import Counter
@@ -34,9 +37,12 @@ def parse(path, calls, incl, own):
             table[m.group(1)] = m.group(2)
         return table.get(m.group(1), m.group(1))
 
+    ncols = 1  # position columns before the cost on a cost line (`positions: line`)
     for line in open(path, errors="replace"):
         line = line.rstrip("\n")
-        if line.startswith("ob="):
+        if line.startswith("positions:"):
+            ncols = len(line.split()) - 1
+        elif line.startswith("ob="):
             ob = name(obs, line[3:])
         elif line.startswith("fn="):
             fn = name(names, line[3:])
@@ -51,7 +57,7 @@ def parse(path, calls, incl, own):
             pending = int(line[6:].split()[0])
         elif line and (line[0].isdigit() or line[0] in "+-*"):
             parts = line.split()
-            cost = int(parts[1]) if len(parts) > 1 else 0
+            cost = int(parts[ncols]) if len(parts) > ncols else 0
             if pending is not None:
                 calls[cfn] += pending
                 incl[cfn] += cost
@@ -71,6 +77,10 @@ def main():
         calls, incl, own = Counter(), Counter(), [0]
         for f in files.split(","):
             parse(f, calls, incl, own)
+        missing = [k for k, fn in ENTRIES.items() if calls[fn] == 0]
+        if missing or own[0] == 0:
+            sys.exit(f"callgrind_cost: {label}: no calls of {', '.join(missing) or 'the plugin'} "
+                     "found: is the library built with symbols (target/release, not dist/)?")
         rts = calls[ENTRIES["irecv"]] / 2
         row = {"name": label, "round trips": rts}
         for k, fn in ENTRIES.items():

@@ -189,6 +189,8 @@ impl SockQp {
         }
         let mut sc = self.inline_scratch.lock();
         sc.batch.clear();
+        // Pins a write left behind (only if it panicked) release their registrations now.
+        sc.pins.clear();
         // Never striped: a posting thread does not wait for lanes to open.
         requester::take_frames(sq, s.pd.tun.segment_bytes as u64, 1, &mut sc.batch);
         Some(tx)
@@ -199,8 +201,9 @@ impl SockQp {
     fn write_inline(&self, mut tx: parking_lot::MutexGuard<'_, TxState>) {
         let s = &self.shared;
         let r = {
-            // Released before `tx` and before anything below takes `sq`: a posting thread
-            // holding `sq` may be waiting for it right after taking `tx`.
+            // Taken only while holding `tx` (so never contended), and released before `tx`.
+            // The write may take `sq` while holding it (a registration gone: `fail`); no one
+            // takes the scratch while holding `sq` without `tx`, so that cannot deadlock.
             let mut g = self.inline_scratch.lock();
             if g.batch.is_empty() {
                 return;
