@@ -34,10 +34,9 @@ impl InboundTarget for QpShared {
             return false;
         }
         if hello.lane > 0 {
-            if self.tune(&s, self.pd.tun.rx_tick()).is_err() {
+            if self.tune_inbound(&s).is_err() {
                 return false;
             }
-            super::delack::cap(s.as_raw_fd(), self.pd.tun.delack_max);
             return super::lanes::attach(&self, s, hello.lane);
         }
         let clone = {
@@ -45,11 +44,9 @@ impl InboundTarget for QpShared {
             if self.dead() || ctl.inbound_attached {
                 return false;
             }
-            if self.tune(&s, self.pd.tun.rx_tick()).is_err() {
+            if self.tune_inbound(&s).is_err() {
                 return false;
             }
-            // Before its responder reads it: the responder says in its ACKs what it got.
-            super::delack::cap(s.as_raw_fd(), self.pd.tun.delack_max);
             // One inbound stream per queue pair, ever.
             ctl.inbound_attached = true;
             Arc::new(s)
@@ -352,7 +349,11 @@ impl QueuePair for SockQp {
                 // retries would repeat it at every poll).
                 static SAID: AtomicU32 = AtomicU32::new(0);
                 if SAID.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 8 {
-                    tracing::info!("sock: qp {}: send queue full: {}", s.qpn, sq.summary());
+                    // Logged after the lock is released (the sender thread and the ack
+                    // reader wait for it).
+                    let summary = sq.summary();
+                    drop(sq);
+                    tracing::info!("sock: qp {}: send queue full: {summary}", s.qpn);
                 }
                 return Err(FabricError::QueueFull("sock: send queue"));
             }

@@ -237,6 +237,14 @@ impl QpShared {
         Ok(())
     }
 
+    /// Tune an inbound stream (main or lane) before its reader reads it: [`QpShared::tune`]
+    /// with the receive tick, and the delayed-ACK cap the responder announces in its ACKs.
+    pub fn tune_inbound(&self, s: &TcpStream) -> std::io::Result<()> {
+        self.tune(s, self.pd.tun.rx_tick())?;
+        super::delack::cap(s.as_raw_fd(), self.pd.tun.delack_max);
+        Ok(())
+    }
+
     /// Wait until the queue pair reaches RTR (a responder places nothing before); `false`
     /// when it died first.
     pub fn wait_rtr(&self) -> bool {

@@ -457,15 +457,16 @@ impl Responder<'_> {
     fn deliver_imm(&mut self, imm: u32, total: u64) -> Result<(), End> {
         let qp = self.qp;
         let mut rq = qp.rq.lock();
-        let since = std::time::Instant::now();
+        // The clock starts at the first miss: a receive is posted already almost always.
+        let mut since = None;
         let mut said = false;
         loop {
             if qp.dead() {
                 return Err(End::Quiet);
             }
-            if !said && since.elapsed() > Duration::from_millis(200) {
+            let waited = since.map_or(Duration::ZERO, |t: std::time::Instant| t.elapsed());
+            if !said && waited > Duration::from_millis(200) {
                 said = true;
-                let waited = since.elapsed();
                 parking_lot::MutexGuard::unlocked(&mut rq, || {
                     tracing::info!(
                         "sock: qp {}: a WRITE_WITH_IMM (immediate {imm:#x}, {total} bytes) has waited {waited:?} for a receive; the stream is not read meanwhile",
@@ -483,6 +484,7 @@ impl Responder<'_> {
                 }
                 return Ok(());
             }
+            since.get_or_insert_with(std::time::Instant::now);
             if qp.rq_cv.wait_for(&mut rq, KEEPALIVE).timed_out() && !qp.dead() {
                 let r = parking_lot::MutexGuard::unlocked(&mut rq, || self.keep_alive());
                 r?;

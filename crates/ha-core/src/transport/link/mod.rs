@@ -330,16 +330,9 @@ impl Link {
     }
 
     /// Drain up to `max_poll` completions and run the periodic duties: what the side must act
-    /// on, in order.
-    pub fn pump(&mut self) -> Vec<Event> {
-        let mut events = Vec::new();
-        self.pump_into(&mut events);
-        events
-    }
-
-    /// [`Link::pump`] into `events` (appended; `Event::Nothing` left out). This runs per
-    /// `test()`, mostly to find nothing: the completions go through a buffer the link keeps,
-    /// so a pump allocates nothing once the buffers have grown.
+    /// on, in order, appended to `events` (`Event::Nothing` left out). This runs per `test()`,
+    /// mostly to find nothing: the completions go through a buffer the link keeps, so a pump
+    /// allocates nothing once the buffers have grown.
     pub fn pump_into(&mut self, events: &mut Vec<Event>) {
         let mut polled = std::mem::take(&mut self.polled);
         self.poll_into(self.cfg.max_poll, &mut polled);
@@ -363,6 +356,7 @@ impl Link {
     /// which path: devices number their queue pairs independently. The inboxes are emptied,
     /// then the completion queues polled once (one router serves them all; this runs per
     /// `test()`, mostly to find nothing), then emptied again if that moved anything.
+    #[cfg(test)]
     pub fn poll(&mut self, max: usize) -> Vec<(Option<usize>, Completion)> {
         let mut out = Vec::new();
         self.poll_into(max, &mut out);
